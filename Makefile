@@ -1,0 +1,56 @@
+# The two commands a user needs: `make up` and `make test`. Everything else is a part of them.
+SHELL := /bin/bash
+.SHELLFLAGS := -euo pipefail -c
+.DEFAULT_GOAL := help
+
+VENV ?= .venv
+PY := $(VENV)/bin/python
+CLUSTER := PYTHON=$(abspath $(PY)) cluster/cluster.sh
+export PATH := /var/lib/openblox/bin:$(abspath $(VENV))/bin:$(PATH)
+PYTEST := $(PY) -m pytest -p no:cacheprovider
+
+.PHONY: help up down test lint unit cluster-tests conformance bench install venv operator-image
+
+help:
+	@echo "make up           start the embedded cluster (or use KUBECONFIG), install the operator, print 42"
+	@echo "make test         lint, unit tests, end-to-end tests on the real cluster, conformance"
+	@echo "make down         stop the embedded cluster (caches kept)"
+	@echo "make bench        benchmarks; results under docs/benchmarks/"
+	@echo "make conformance  the adversarial conformance suite against the cluster"
+
+$(VENV)/.installed: pyproject.toml
+	python3 -m venv $(VENV)
+	$(VENV)/bin/pip install -q --upgrade pip
+	$(VENV)/bin/pip install -q -e '.[dev]'
+	touch $@
+
+venv: $(VENV)/.installed
+
+# Debian packages and the source builds (Kubernetes, etcd, kube-router, gVisor): cached.
+install: venv
+	$(CLUSTER) install
+
+up: install
+	$(PY) cluster/embedded.py up
+
+down:
+	$(CLUSTER) down
+
+lint: venv
+	$(PY) -m ruff check .
+	$(PY) -m ruff format --check .
+	$(PY) -m mypy
+
+unit: venv
+	$(PYTEST) tests/unit -q
+
+cluster-tests: install
+	$(PYTEST) tests/cluster -q
+
+conformance: install
+	$(PYTEST) --pyargs openblox.conformance -q
+
+test: lint unit cluster-tests
+
+bench: install
+	$(PY) -m bench

@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# Build every node binary the embedded cluster needs from source, through the Go module
+# proxy, into a cache outside the repository keyed by version. A second run is a no-op.
+#   cluster/build.sh [kubernetes|etcd|crictl|kube-router|gvisor|all]
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+# shellcheck source=versions.env
+source "$here/versions.env"
+CACHE=${OPENBLOX_CACHE:-/var/cache/openblox}
+export GOFLAGS="-buildvcs=false -mod=mod" CGO_ENABLED=0
+mkdir -p "$CACHE"
+
+log() { printf '[build] %s\n' "$*" >&2; }
+
+# wrapped_build OUT MODULE VERSION SIBLING_VERSION LDFLAGS PKG...
+wrapped_build() {
+  local out=$1 module=$2 version=$3 sibling=$4 ldflags=$5; shift 5
+  local work; work=$(mktemp -d)
+  python3 "$here/gowrap.py" "$work" "$module" "$version" "$sibling"
+  mkdir -p "$out.partial"
+  (cd "$work" && go build -trimpath -ldflags "$ldflags" -o "$out.partial/" "$@")
+  rm -rf "$work" "$out"
+  mv "$out.partial" "$out"
+}
+
+build_kubernetes() {
+  local out=$CACHE/kubernetes-$KUBERNETES_VERSION
+  [[ -x $out/kubelet ]] && { log "kubernetes $KUBERNETES_VERSION cached"; return; }
+  log "building kubernetes $KUBERNETES_VERSION (first time: tens of minutes on 2 cores)"
+  local v=${KUBERNETES_VERSION#v} minor; minor=$(cut -d. -f2 <<<"$v")
+  local ld="-s -w"
+  for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+    ld+=" -X $pkg.gitVersion=$KUBERNETES_VERSION -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor"
+    ld+=" -X $pkg.gitTreeState=clean -X $pkg.buildDate=1970-01-01T00:00:00Z"
+  done
+  wrapped_build "$out" k8s.io/kubernetes "$KUBERNETES_VERSION" "v0.${v#1.}" "$ld" \
+    k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager \
+    k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubelet \
+    k8s.io/kubernetes/cmd/kube-proxy k8s.io/kubernetes/cmd/kubectl
+}
+
+build_etcd() {
+  local out=$CACHE/etcd-$ETCD_VERSION
+  [[ -x $out/server ]] && { log "etcd $ETCD_VERSION cached"; return; }
+  log "building etcd $ETCD_VERSION"
+  wrapped_build "$out" go.etcd.io/etcd/server/v3 "$ETCD_VERSION" "$ETCD_VERSION" "-s -w" \
+    go.etcd.io/etcd/server/v3
+}
+
+# go_install NAME VERSION PKG... : modules that build with plain `go install`.
+go_install() {
+  local name=$1 version=$2; shift 2
+  local out=$CACHE/$name-$version
+  [[ -f $out/.done ]] && { log "$name $version cached"; return; }
+  log "building $name $version"
+  rm -rf "$out"; mkdir -p "$out"
+  for pkg in "$@"; do GOBIN=$out GOFLAGS=-buildvcs=false go install -trimpath -ldflags "-s -w" "$pkg@$version"; done
+  touch "$out/.done"
+}
+
+target=${1:-all}
+case $target in
+  kubernetes) build_kubernetes ;;
+  etcd) build_etcd ;;
+  crictl) go_install crictl "$CRI_TOOLS_VERSION" sigs.k8s.io/cri-tools/cmd/crictl ;;
+  kube-router) go_install kube-router "$KUBE_ROUTER_VERSION" github.com/cloudnativelabs/kube-router/v2/cmd/kube-router ;;
+  gvisor) go_install gvisor "$GVISOR_VERSION" gvisor.dev/gvisor/runsc gvisor.dev/gvisor/shim/cmd/containerd-shim-runsc-v1 ;;
+  all) for t in etcd crictl kube-router kubernetes; do "$0" "$t"; done
+       "$0" gvisor || log "newer gVisor did not build; Debian's runsc will be used" ;;
+  *) echo "usage: $0 [kubernetes|etcd|crictl|kube-router|gvisor|all]" >&2; exit 2 ;;
+esac

@@ -1,0 +1,460 @@
+#!/usr/bin/env bash
+# The embedded single-node cluster: upstream Kubernetes built from source, containerd,
+# runc and gVisor, bridge CNI, kube-proxy and kube-router's NetworkPolicy firewall.
+#
+#   cluster/cluster.sh install   install Debian packages and build every binary (cached)
+#   cluster/cluster.sh up        start the cluster (idempotent; recovers after a crash)
+#   cluster/cluster.sh down      stop what `up` started; keeps the caches
+#   cluster/cluster.sh status    say what runs
+#   cluster/cluster.sh env       print the export line for KUBECONFIG
+#   cluster/cluster.sh images    build (cached) and import the images into the running node
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+repo=$(cd "$here/.." && pwd)
+# shellcheck source=versions.env
+source "$here/versions.env"
+
+CACHE=${OPENBLOX_CACHE:-/var/cache/openblox}
+ROOT=${OPENBLOX_ROOT:-/var/lib/openblox}
+STATE=$ROOT/cluster
+RUN=/run/openblox
+BIN=$ROOT/bin
+CONTAINERD_SOCK=$RUN/containerd/containerd.sock
+KUBELET_ROOT=$ROOT/kubelet
+KUBECONFIG_ADMIN=$STATE/admin.kubeconfig
+PYTHON=${PYTHON:-python3}
+NODE_NAME=$(hostname | tr '[:upper:]' '[:lower:]')
+SERVICE_CIDR=10.96.0.0/16
+SERVICE_IP=10.96.0.1
+CLUSTER_CIDR=10.244.0.0/16
+POD_SUBNET=10.244.0.0/22
+# Start order; `down` stops in reverse.
+COMPONENTS=(containerd etcd kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy kube-router)
+
+log() { printf '[cluster] %s\n' "$*" >&2; }
+die() { printf '[cluster] error: %s\n' "$*" >&2; exit 1; }
+
+default_ip() { ip -4 route show default | sed -n 's/.* dev \([^ ]*\).*/\1/p' | head -1 |
+  xargs -r -I{} ip -4 -o addr show dev {} | awk '{print $4}' | cut -d/ -f1 | head -1; }
+
+# ---------------------------------------------------------------- prerequisites
+
+# Each line: a command `up` needs, and the Debian package that provides it.
+PREREQS="containerd:containerd runc:runc runsc:runsc iptables:iptables ipset:ipset
+conntrack:conntrack ip:iproute2 debootstrap:debootstrap mount:mount nsenter:util-linux
+socat:socat curl:curl"
+
+missing_prereqs() {
+  local missing=() entry
+  for entry in $PREREQS; do
+    command -v "${entry%%:*}" >/dev/null 2>&1 || missing+=("${entry%%:*} (package ${entry#*:})")
+  done
+  [[ -x /usr/lib/cni/bridge && -x /usr/lib/cni/host-local ]] ||
+    missing+=("CNI plugins (package containernetworking-plugins)")
+  "$PYTHON" -c 'import cryptography' 2>/dev/null ||
+    missing+=("Python package cryptography for $PYTHON (pip install cryptography)")
+  printf '%s\n' "${missing[@]}"
+}
+
+check_prereqs() {
+  [[ $(id -u) == 0 ]] || die "run as root: the node runs containerd, kubelet and iptables"
+  local missing; missing=$(missing_prereqs)
+  if [[ -n $missing ]]; then
+    printf '[cluster] error: missing prerequisites:\n' >&2
+    sed 's/^/  - /' <<<"$missing" >&2
+    printf '[cluster] install them with: %s install   (or: apt-get install %s)\n' "$0" \
+      "$DEBIAN_PACKAGES" >&2
+    exit 1
+  fi
+  local built
+  for built in "$CACHE/kubernetes-$KUBERNETES_VERSION/kubelet" "$CACHE/etcd-$ETCD_VERSION/server" \
+    "$CACHE/kube-router-$KUBE_ROUTER_VERSION/kube-router" "$CACHE/crictl-$CRI_TOOLS_VERSION/crictl"; do
+    [[ -x $built ]] || die "not built yet: $built; run: $0 install"
+  done
+}
+
+cmd_install() {
+  [[ $(id -u) == 0 ]] || die "run as root"
+  command -v go >/dev/null || die "Go 1.24 or newer is needed to build Kubernetes from source (https://go.dev/doc/install)"
+  local need=() pkg
+  for pkg in $DEBIAN_PACKAGES; do
+    dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'ok installed' || need+=("$pkg")
+  done
+  if ((${#need[@]})); then
+    log "installing Debian packages: ${need[*]}"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}"
+  fi
+  "$here/build.sh" all
+}
+
+# ---------------------------------------------------------------- processes
+
+pidfile() { echo "$STATE/run/$1.pid"; }
+
+running() {
+  local pid; pid=$(cat "$(pidfile "$1")" 2>/dev/null) || return 1
+  [[ -n $pid ]] && kill -0 "$pid" 2>/dev/null &&
+    tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -q -- "$1"
+}
+
+# start NAME ARGV... : run a daemon detached, logs and pid under $STATE.
+start() {
+  local name=$1; shift
+  if running "$name"; then return; fi
+  log "starting $name"
+  setsid "$@" >>"$STATE/logs/$name.log" 2>&1 </dev/null &
+  echo $! >"$(pidfile "$name")"
+}
+
+stop() {
+  local name=$1 pid
+  pid=$(cat "$(pidfile "$name")" 2>/dev/null) || return 0
+  if running "$name"; then
+    log "stopping $name"
+    kill -TERM "$pid" 2>/dev/null || true
+    for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.2; done
+    kill -KILL "$pid" 2>/dev/null || true
+  fi
+  rm -f "$(pidfile "$name")"
+}
+
+wait_for() {
+  local what=$1 seconds=$2; shift 2
+  for _ in $(seq $((seconds * 4))); do "$@" >/dev/null 2>&1 && return 0; sleep 0.25; done
+  die "$what did not come up within ${seconds}s; see $STATE/logs/"
+}
+
+kubectl_admin() { "$BIN/kubectl" --kubeconfig "$KUBECONFIG_ADMIN" "$@"; }
+
+# ---------------------------------------------------------------- configuration
+
+link_binaries() {
+  mkdir -p "$BIN"
+  local k=$CACHE/kubernetes-$KUBERNETES_VERSION b
+  for b in kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy kubectl; do
+    ln -sfn "$k/$b" "$BIN/$b"
+  done
+  ln -sfn "$CACHE/etcd-$ETCD_VERSION/server" "$BIN/etcd"
+  ln -sfn "$CACHE/kube-router-$KUBE_ROUTER_VERSION/kube-router" "$BIN/kube-router"
+  ln -sfn "$CACHE/crictl-$CRI_TOOLS_VERSION/crictl" "$BIN/crictl"
+  # gVisor: the newer build from the Go module proxy when it built, else Debian's.
+  local gvisor=$CACHE/gvisor-$GVISOR_VERSION
+  if [[ -x $gvisor/runsc ]]; then
+    ln -sfn "$gvisor/runsc" "$BIN/runsc"
+  else
+    ln -sfn "$(command -v runsc)" "$BIN/runsc"
+  fi
+  # The runc v2 shim calls this in place of runc, so the handler can only ever start
+  # gVisor with external networking off: the sandbox sees loopback alone.
+  cat >"$BIN/runsc-nonet" <<EOF
+#!/bin/sh
+exec $BIN/runsc --network=none --root=$RUN/runsc "\$@"
+EOF
+  chmod 0755 "$BIN/runsc-nonet"
+}
+
+# Rewriting an unchanged file would make a running containerd reload its CNI config.
+write_if_changed() {
+  local content; content=$(cat)
+  [[ -f $1 && $(cat "$1") == "$content" ]] || printf '%s\n' "$content" >"$1"
+}
+
+write_configs() {
+  local ip=$1 conf=$STATE/config
+  mkdir -p "$conf/cni" "$STATE/logs" "$STATE/run" "$RUN/runsc"
+  : >"$STATE/resolv.conf"
+  write_if_changed "$conf/containerd.toml" <<EOF
+version = 2
+root = "$ROOT/containerd"
+state = "$RUN/containerd"
+[grpc]
+  address = "$CONTAINERD_SOCK"
+[plugins."io.containerd.grpc.v1.cri"]
+  sandbox_image = "openblox.local/pause:3.10"
+  [plugins."io.containerd.grpc.v1.cri".containerd]
+    default_runtime_name = "runc"
+    snapshotter = "overlayfs"
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+        SystemdCgroup = false
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runsc]
+      runtime_type = "io.containerd.runc.v2"
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runsc.options]
+        BinaryName = "$BIN/runsc-nonet"
+        Root = "$RUN/runsc-shim"
+        SystemdCgroup = false
+  [plugins."io.containerd.grpc.v1.cri".cni]
+    bin_dir = "/usr/lib/cni"
+    conf_dir = "$conf/cni"
+EOF
+  write_if_changed "$conf/cni/10-openblox.conflist" <<EOF
+{
+  "cniVersion": "1.0.0",
+  "name": "openblox",
+  "plugins": [
+    {
+      "type": "bridge", "bridge": "openblox0", "isGateway": true, "ipMasq": false,
+      "hairpinMode": true,
+      "ipam": {"type": "host-local", "dataDir": "$ROOT/cni-ipam",
+               "ranges": [[{"subnet": "$POD_SUBNET"}]], "routes": [{"dst": "0.0.0.0/0"}]}
+    },
+    {"type": "portmap", "capabilities": {"portMappings": true}}
+  ]
+}
+EOF
+  write_if_changed "$conf/kubelet.yaml" <<EOF
+apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+authentication:
+  anonymous: {enabled: false}
+  webhook: {enabled: true}
+  x509: {clientCAFile: $STATE/pki/ca.crt}
+authorization: {mode: Webhook}
+cgroupDriver: cgroupfs
+containerRuntimeEndpoint: unix://$CONTAINERD_SOCK
+clusterDomain: cluster.local
+resolvConf: $STATE/resolv.conf
+tlsCertFile: $STATE/pki/kubelet-serving.crt
+tlsPrivateKeyFile: $STATE/pki/kubelet-serving.key
+failSwapOn: false
+maxPods: 300
+podPidsLimit: 1024
+serializeImagePulls: false
+# Images are imported, never pulled: garbage-collecting one would strand its pods.
+imageGCHighThresholdPercent: 100
+imageGCLowThresholdPercent: 99
+evictionHard: {memory.available: "256Mi", nodefs.available: "2%", imagefs.available: "2%"}
+healthzBindAddress: 127.0.0.1
+readOnlyPort: 0
+EOF
+  write_if_changed "$conf/kube-proxy.yaml" <<EOF
+apiVersion: kubeproxy.config.k8s.io/v1alpha1
+kind: KubeProxyConfiguration
+mode: iptables
+clusterCIDR: $CLUSTER_CIDR
+hostnameOverride: $NODE_NAME
+clientConnection: {kubeconfig: $STATE/kube-proxy.kubeconfig}
+metricsBindAddress: 127.0.0.1:10249
+healthzBindAddress: 127.0.0.1:10256
+conntrack: {maxPerCore: 0, min: 0, tcpEstablishedTimeout: 0s, tcpCloseWaitTimeout: 0s}
+EOF
+}
+
+# ---------------------------------------------------------------- crash recovery
+
+# Whatever a previous run left behind when it was killed without `down`: daemons,
+# shims and sandboxes, mounts under our directories, and CNI address leases.
+clean_leftovers() {
+  local name
+  for name in "${COMPONENTS[@]}"; do running "$name" || rm -f "$(pidfile "$name")"; done
+  pkill -f "containerd-shim-runc-v2 .*-address $CONTAINERD_SOCK" 2>/dev/null || true
+  pkill -f "containerd-shim-runsc-v1 .*-address $CONTAINERD_SOCK" 2>/dev/null || true
+  pkill -f "$BIN/runsc" 2>/dev/null || true
+  pkill -f "runsc-sandbox .*--root=$RUN/runsc" 2>/dev/null || true
+  local mounts
+  mounts=$(awk '{print $2}' /proc/mounts | grep -E "^($ROOT|$RUN)/" | sort -r || true)
+  if [[ -n $mounts ]]; then
+    log "unmounting $(wc -l <<<"$mounts") leftover mounts"
+    while read -r m; do umount -l "$m" 2>/dev/null || true; done <<<"$mounts"
+  fi
+  # Fresh cluster state each start: pods from a previous run are gone from etcd anyway.
+  rm -rf "$STATE/etcd" "$KUBELET_ROOT" "$ROOT/cni-ipam" "$RUN/containerd" "$RUN/runsc" \
+    "$RUN/runsc-shim"
+}
+
+# ---------------------------------------------------------------- bootstrap
+
+bootstrap_objects() {
+  kubectl_admin apply --server-side --force-conflicts -k "$repo/runtimeclasses" >/dev/null
+  kubectl_admin apply --server-side --force-conflicts -f - >/dev/null <<'EOF'
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {name: "openblox:kube-router"}
+rules:
+- apiGroups: [""]
+  resources: [namespaces, pods, services, nodes, endpoints]
+  verbs: [get, list, watch]
+- apiGroups: ["networking.k8s.io"]
+  resources: [networkpolicies]
+  verbs: [get, list, watch]
+- apiGroups: ["discovery.k8s.io"]
+  resources: [endpointslices]
+  verbs: [get, list, watch]
+- apiGroups: [""]
+  resources: [nodes]
+  verbs: [patch, update]
+- apiGroups: [""]
+  resources: [events]
+  verbs: [create, patch]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {name: "openblox:kube-router"}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: "openblox:kube-router"}
+subjects:
+- {apiGroup: rbac.authorization.k8s.io, kind: User, name: "openblox:kube-router"}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {name: "openblox:kube-proxy"}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: "system:node-proxier"}
+subjects:
+- {apiGroup: rbac.authorization.k8s.io, kind: User, name: "system:kube-proxy"}
+EOF
+}
+
+# Images are built here and imported, never pulled. Manifests and profiles name them by
+# the project's version (openblox.local/NAME:VERSION); the build tags them by content.
+import_images() {
+  PYTHON=$PYTHON "$here/images/build.sh" --import "$CONTAINERD_SOCK" pause sandbox operator >/dev/null
+  local version name ref
+  version=$(sed -n 's/^version = "\(.*\)"/\1/p' "$repo/pyproject.toml")
+  for name in sandbox operator; do
+    ref=$(cat "$CACHE/images/$name.ref")
+    ctr --address "$CONTAINERD_SOCK" -n k8s.io images tag --force "$ref" \
+      "openblox.local/$name:$version" >/dev/null
+  done
+}
+
+# ---------------------------------------------------------------- commands
+
+cmd_up() {
+  check_prereqs
+  mkdir -p "$STATE/logs" "$STATE/run"
+  local all=1 name
+  for name in "${COMPONENTS[@]}"; do running "$name" || all=0; done
+  if ((all)) && kubectl_admin get --raw /readyz >/dev/null 2>&1; then
+    log "already running; nothing to do"
+    cmd_env
+    return
+  fi
+  if ! running kube-apiserver; then
+    # Nothing of ours that holds state is alive: start from clean node state.
+    for name in "${COMPONENTS[@]}"; do stop "$name"; done
+    clean_leftovers
+  fi
+  local ip; ip=$(default_ip)
+  [[ -n $ip ]] || die "no IPv4 address on the default route's interface"
+  link_binaries
+  "$PYTHON" "$here/pki.py" "$STATE" "$NODE_NAME" "$ip" "$SERVICE_IP"
+  write_configs "$ip"
+  sysctl -qw net.ipv4.ip_forward=1 net.bridge.bridge-nf-call-iptables=1 \
+    net.bridge.bridge-nf-call-ip6tables=1
+  local pki=$STATE/pki
+
+  start containerd containerd --config "$STATE/config/containerd.toml"
+  wait_for containerd 30 "$BIN/crictl" --runtime-endpoint "unix://$CONTAINERD_SOCK" info
+
+  start etcd "$BIN/etcd" --name openblox --data-dir "$STATE/etcd" \
+    --listen-client-urls https://127.0.0.1:2379 --advertise-client-urls https://127.0.0.1:2379 \
+    --listen-peer-urls http://127.0.0.1:2380 --initial-advertise-peer-urls http://127.0.0.1:2380 \
+    --initial-cluster openblox=http://127.0.0.1:2380 \
+    --cert-file "$pki/etcd-server.crt" --key-file "$pki/etcd-server.key" \
+    --client-cert-auth --trusted-ca-file "$pki/ca.crt" \
+    --listen-metrics-urls http://127.0.0.1:2381 --log-level warn \
+    --quota-backend-bytes 4294967296
+
+  start kube-apiserver "$BIN/kube-apiserver" \
+    --advertise-address "$ip" --bind-address 0.0.0.0 --secure-port 6443 \
+    --etcd-servers https://127.0.0.1:2379 --etcd-cafile "$pki/ca.crt" \
+    --etcd-certfile "$pki/etcd-client.crt" --etcd-keyfile "$pki/etcd-client.key" \
+    --service-cluster-ip-range "$SERVICE_CIDR" \
+    --client-ca-file "$pki/ca.crt" \
+    --tls-cert-file "$pki/apiserver.crt" --tls-private-key-file "$pki/apiserver.key" \
+    --kubelet-client-certificate "$pki/apiserver-kubelet-client.crt" \
+    --kubelet-client-key "$pki/apiserver-kubelet-client.key" \
+    --kubelet-certificate-authority "$pki/ca.crt" \
+    --kubelet-preferred-address-types InternalIP \
+    --service-account-issuer https://kubernetes.default.svc.cluster.local \
+    --service-account-key-file "$pki/sa.pub" \
+    --service-account-signing-key-file "$pki/sa.key" \
+    --authorization-mode Node,RBAC \
+    --enable-admission-plugins NodeRestriction \
+    --allow-privileged=false --anonymous-auth=false --profiling=false \
+    --endpoint-reconciler-type lease
+  wait_for kube-apiserver 90 kubectl_admin get --raw /readyz
+
+  bootstrap_objects
+
+  start kube-controller-manager "$BIN/kube-controller-manager" \
+    --kubeconfig "$STATE/controller-manager.kubeconfig" \
+    --authentication-kubeconfig "$STATE/controller-manager.kubeconfig" \
+    --authorization-kubeconfig "$STATE/controller-manager.kubeconfig" \
+    --service-account-private-key-file "$pki/sa.key" --root-ca-file "$pki/ca.crt" \
+    --cluster-signing-cert-file "$pki/ca.crt" --cluster-signing-key-file "$pki/ca.key" \
+    --use-service-account-credentials --leader-elect=false \
+    --allocate-node-cidrs --cluster-cidr "$CLUSTER_CIDR" --node-cidr-mask-size 22 \
+    --service-cluster-ip-range "$SERVICE_CIDR" --bind-address 127.0.0.1 --profiling=false
+
+  start kube-scheduler "$BIN/kube-scheduler" \
+    --kubeconfig "$STATE/scheduler.kubeconfig" \
+    --authentication-kubeconfig "$STATE/scheduler.kubeconfig" \
+    --authorization-kubeconfig "$STATE/scheduler.kubeconfig" \
+    --leader-elect=false --bind-address 127.0.0.1 --profiling=false
+
+  import_images
+
+  start kubelet "$BIN/kubelet" --config "$STATE/config/kubelet.yaml" \
+    --kubeconfig "$STATE/kubelet.kubeconfig" --root-dir "$KUBELET_ROOT" \
+    --hostname-override "$NODE_NAME" --node-ip "$ip"
+
+  start kube-proxy "$BIN/kube-proxy" --config "$STATE/config/kube-proxy.yaml"
+
+  wait_for "node $NODE_NAME Ready" 120 kubectl_admin wait --for=condition=Ready \
+    "node/$NODE_NAME" --timeout=1s
+
+  # kube-router identifies itself by its Node object, so it starts once the node is in.
+  start kube-router "$BIN/kube-router" --kubeconfig "$STATE/kube-router.kubeconfig" \
+    --run-firewall=true --run-router=false --run-service-proxy=false --enable-cni=false \
+    --hostname-override "$NODE_NAME" --metrics-port 0 --health-port 20244
+  wait_for "kube-router" 60 curl -fsS http://127.0.0.1:20244/healthz
+  wait_for "default ServiceAccount" 60 kubectl_admin get serviceaccount default -n default
+  log "cluster is up"
+  cmd_env
+}
+
+cmd_down() {
+  local name i
+  if [[ ! -d $STATE/run ]]; then log "nothing to stop"; return; fi
+  if [[ -S $CONTAINERD_SOCK ]] && running containerd; then
+    # Stop sandboxes through the runtime first, so no shim or mount outlives containerd.
+    stop kubelet
+    local crictl=("$BIN/crictl" --runtime-endpoint "unix://$CONTAINERD_SOCK" --timeout 30s)
+    "${crictl[@]}" rmp --all --force >/dev/null 2>&1 || true
+  fi
+  for ((i = ${#COMPONENTS[@]} - 1; i >= 0; i--)); do stop "${COMPONENTS[i]}"; done
+  clean_leftovers
+  # Rules our components installed: kube-proxy and kube-router clean their own chains
+  # only while running, so flush what they leave behind.
+  if [[ -x $BIN/kube-proxy ]]; then "$BIN/kube-proxy" --cleanup >/dev/null 2>&1 || true; fi
+  iptables-save 2>/dev/null | grep -q KUBE-ROUTER && {
+    iptables-save | grep -v -E 'KUBE-ROUTER|KUBE-NWPLCY|KUBE-POD-FW|KUBE-SRC' | iptables-restore || true
+  }
+  ipset list -n 2>/dev/null | grep -E '^KUBE-' | xargs -r -n1 ipset destroy 2>/dev/null || true
+  ip link del openblox0 2>/dev/null || true
+  log "cluster is down (caches kept in $CACHE)"
+}
+
+cmd_status() {
+  local name state=0
+  for name in "${COMPONENTS[@]}"; do
+    if running "$name"; then echo "$name: running (pid $(cat "$(pidfile "$name")"))"
+    else echo "$name: stopped"; state=1; fi
+  done
+  if ((state == 0)); then kubectl_admin get nodes -o wide; fi
+  return $state
+}
+
+cmd_env() { echo "export KUBECONFIG=$KUBECONFIG_ADMIN PATH=$BIN:\$PATH"; }
+
+case ${1:-} in
+  install) cmd_install ;;
+  up) cmd_up ;;
+  down) cmd_down ;;
+  status) cmd_status ;;
+  env) cmd_env ;;
+  images) running containerd || die "containerd is not running; run: $0 up"; import_images ;;
+  *) echo "usage: $0 install|up|down|status|env|images" >&2; exit 2 ;;
+esac

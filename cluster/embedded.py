@@ -1,0 +1,219 @@
+"""Find or start a cluster, install openblox on it, and show it working.
+
+Shared by `make up` and the test session, so both stand on the same steps:
+
+    python3 cluster/embedded.py up        # cluster + operator + the 42 demo
+    python3 cluster/embedded.py cluster   # only make sure a cluster answers; print KUBECONFIG
+
+With KUBECONFIG pointing at a reachable cluster (k3s, kind, ...) that cluster is used;
+otherwise the embedded single-node cluster is started with `cluster/cluster.sh up`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+EMBEDDED_KUBECONFIG = Path("/var/lib/openblox/cluster/admin.kubeconfig")
+NODE_BIN = Path("/var/lib/openblox/bin")
+OPERATOR_NAMESPACE = "openblox-system"
+OPERATOR_DEPLOYMENT = "openblox-operator"
+DEMO_NAMESPACE = "openblox-demo"
+
+
+def kubectl(
+    kubeconfig: str, *args: str, check: bool = True, timeout: float = 120, stdin: str | None = None
+) -> subprocess.CompletedProcess[str]:
+    binary = NODE_BIN / "kubectl"
+    command = [str(binary) if binary.exists() else "kubectl", "--kubeconfig", kubeconfig, *args]
+    return subprocess.run(
+        command, check=check, capture_output=True, text=True, timeout=timeout, input=stdin
+    )
+
+
+def reachable(kubeconfig: str) -> bool:
+    try:
+        return (
+            kubectl(kubeconfig, "get", "--raw", "/readyz", check=False, timeout=10).returncode == 0
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+def ensure_cluster() -> str:
+    """A kubeconfig for a cluster that answers: the caller's, else the embedded one."""
+    given = os.environ.get("KUBECONFIG")
+    if given and given != str(EMBEDDED_KUBECONFIG):
+        if not reachable(given):
+            raise SystemExit(
+                f"KUBECONFIG={given} does not answer; unset it to use the embedded cluster"
+            )
+        return given
+    if not reachable(str(EMBEDDED_KUBECONFIG)):
+        subprocess.run(
+            [str(REPO / "cluster" / "cluster.sh"), "up"],
+            check=True,
+            env={**os.environ, "PYTHON": sys.executable},
+        )
+    return str(EMBEDDED_KUBECONFIG)
+
+
+def _running_operator_image_ids(kubeconfig: str) -> set[str]:
+    pods = json.loads(
+        kubectl(
+            kubeconfig,
+            "get",
+            "pods",
+            "-n",
+            OPERATOR_NAMESPACE,
+            "-l",
+            "app.kubernetes.io/name=openblox-operator",
+            "-o",
+            "json",
+        ).stdout
+    )
+    return {
+        status.get("imageID", "")
+        for pod in pods["items"]
+        for status in pod.get("status", {}).get("containerStatuses", [])
+    }
+
+
+def _imported_image_id(reference: str) -> str | None:
+    crictl = NODE_BIN / "crictl"
+    if not crictl.exists():
+        return None
+    out = subprocess.run(
+        [
+            str(crictl),
+            "--runtime-endpoint",
+            "unix:///run/openblox/containerd/containerd.sock",
+            "inspecti",
+            "-o",
+            "json",
+            reference,
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if out.returncode != 0:
+        return None
+    image = json.loads(out.stdout).get("status", {})
+    digests: list[str] = image.get("repoDigests") or []
+    return str(image.get("id", "")) if not digests else digests[0]
+
+
+def install_operator(kubeconfig: str) -> None:
+    """`kubectl apply -k manifests`, then wait until the operator runs the current image."""
+    if kubeconfig == str(EMBEDDED_KUBECONFIG):
+        # Rebuilds (cached by content) and imports the images of the tree as it is now.
+        subprocess.run(
+            [str(REPO / "cluster" / "cluster.sh"), "images"],
+            check=True,
+            env={**os.environ, "PYTHON": sys.executable},
+        )
+    kubectl(
+        kubeconfig, "apply", "--server-side", "--force-conflicts", "-k", str(REPO / "manifests")
+    )
+    deployment = f"deployment/{OPERATOR_DEPLOYMENT}"
+    image = kubectl(
+        kubeconfig,
+        "get",
+        deployment,
+        "-n",
+        OPERATOR_NAMESPACE,
+        "-o",
+        "jsonpath={.spec.template.spec.containers[0].image}",
+    ).stdout
+    imported = _imported_image_id(image)
+    running = _running_operator_image_ids(kubeconfig)
+    if imported and running and not any(imported.split("@")[-1] in r for r in running):
+        # Same tag, new content (a rebuilt image): roll the pods onto it.
+        kubectl(kubeconfig, "rollout", "restart", deployment, "-n", OPERATOR_NAMESPACE)
+    kubectl(
+        kubeconfig,
+        "rollout",
+        "status",
+        deployment,
+        "-n",
+        OPERATOR_NAMESPACE,
+        "--timeout=180s",
+        timeout=200,
+    )
+    # Admission refuses every Sandbox until the operator has published its profiles.
+    kubectl(
+        kubeconfig,
+        "wait",
+        "--for=create",
+        "configmap/openblox-profile-admission",
+        "-n",
+        OPERATOR_NAMESPACE,
+        "--timeout=120s",
+        timeout=130,
+    )
+
+
+def ensure_demo_namespace(kubeconfig: str) -> str:
+    kubectl(
+        kubeconfig,
+        "apply",
+        "-f",
+        "-",
+        stdin=json.dumps(
+            {
+                "apiVersion": "v1",
+                "kind": "Namespace",
+                "metadata": {
+                    "name": DEMO_NAMESPACE,
+                    "labels": {"openblox.sh/sandboxes": "enabled"},
+                },
+            }
+        ),
+    )
+    return DEMO_NAMESPACE
+
+
+def demo(kubeconfig: str) -> int:
+    env = {**os.environ, "KUBECONFIG": kubeconfig}
+    namespace = ensure_demo_namespace(kubeconfig)
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "openblox.cli",
+            "-n",
+            namespace,
+            "run",
+            "--profile",
+            "code-exec",
+            "--",
+            "python3",
+            "-c",
+            "print(6*7)",
+        ],
+        env=env,
+        check=False,
+    ).returncode
+
+
+def main() -> None:
+    command = sys.argv[1] if len(sys.argv) > 1 else "up"
+    kubeconfig = ensure_cluster()
+    if command == "cluster":
+        print(f"export KUBECONFIG={kubeconfig}")
+        return
+    if command != "up":
+        raise SystemExit("usage: embedded.py up|cluster")
+    install_operator(kubeconfig)
+    status = demo(kubeconfig)
+    print(f"\nexport KUBECONFIG={kubeconfig} PATH={NODE_BIN}:$PATH", file=sys.stderr)
+    raise SystemExit(status)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,34 @@
+# shellcheck shell=bash disable=SC2034
+# openblox.local/sandbox:<digest> — the reference sandbox image (see docs/image-contract.md):
+# the Debian base (python3, tini, coreutils, procps, iproute2), user sandbox 1000:1000 with
+# home /workspace, mount points /workspace /tmp /run/openblox, hash-based .pyc files, no
+# setuid bits, no docs.
+IMAGE_NAME=openblox.local/sandbox
+IMAGE_OCI_ARGS=(
+  --user 1000:1000
+  --workdir /workspace
+  --entrypoint '["/usr/bin/tini", "--"]'
+  --cmd '["sleep", "infinity"]'
+  --env PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
+  --env HOME=/workspace
+  --env LANG=C.UTF-8
+  --env PYTHONDONTWRITEBYTECODE=1
+  --label org.opencontainers.image.title=openblox-sandbox
+  --label org.opencontainers.image.description="openblox reference sandbox image (Debian $DEBIAN_SUITE)"
+)
+
+image_key_inputs() {
+  echo "base $(base_key)"
+}
+
+image_rootfs() {
+  local root=$1
+  base_rootfs "$root"
+  # shellcheck disable=SC2046
+  apt_install "$root" $(package_list "$IMAGES_DIR/sandbox/packages" | tr , ' ')
+  add_user "$root" sandbox 1000 1000 /workspace /bin/bash
+  compile_python "$root"
+  strip_rootfs "$root"
+  install -d -m 0755 -o 1000 -g 1000 "$root/workspace" "$root/run/openblox"
+  install -d -m 1777 "$root/tmp"
+}

@@ -1,0 +1,3 @@
+"""openblox: run untrusted, AI-generated code on Kubernetes, isolated correctly."""
+
+__all__: list[str] = []

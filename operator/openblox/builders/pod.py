@@ -1,0 +1,145 @@
+"""The one pod a Sandbox runs in: a pure function of the Sandbox and its profile.
+
+Everything here must pass Pod Security Admission "restricted"; the isolation the profile
+claims comes from its RuntimeClass, and this spec takes away everything else.
+"""
+
+from collections.abc import Mapping
+from typing import Any
+
+from openblox.lifetime import effective_lifetime
+from openblox.models import STATE_VOLUME_SIZE, Profile, Sandbox
+from openblox.names import (
+    ANNOTATION_PROFILE_DIGEST,
+    API_VERSION,
+    CONTAINER_NAME,
+    KIND,
+    LABEL_MANAGED_BY,
+    LABEL_PROFILE,
+    LABEL_SANDBOX,
+    MANAGED_BY,
+    STATE_DIR,
+    TMP_DIR,
+    WORKSPACE_DIR,
+)
+
+
+def pod_name(sandbox: Sandbox) -> str:
+    """Deterministic, so a retried create finds the existing pod instead of making another."""
+    return sandbox.name
+
+
+def pod_labels(sandbox: Sandbox, profile: Profile) -> dict[str, str]:
+    return {
+        LABEL_SANDBOX: sandbox.name,
+        LABEL_PROFILE: profile.name,
+        LABEL_MANAGED_BY: MANAGED_BY,
+    }
+
+
+def owner_reference(sandbox: Sandbox) -> dict[str, Any]:
+    return {
+        "apiVersion": API_VERSION,
+        "kind": KIND,
+        "name": sandbox.name,
+        "uid": sandbox.uid,
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+
+
+def is_owned_by(pod: Mapping[str, Any], sandbox: Sandbox) -> bool:
+    """Whether a pod found under the sandbox's pod name is this Sandbox's (not a namesake's)."""
+    references = pod.get("metadata", {}).get("ownerReferences") or []
+    return any(
+        reference.get("controller") is True and reference.get("uid") == sandbox.uid
+        for reference in references
+    )
+
+
+def build_pod(sandbox: Sandbox, profile: Profile) -> dict[str, Any]:
+    """The complete Pod manifest; raises LifetimeTooLong if the Sandbox outlives its profile."""
+    resources = profile.resources
+    limits = {
+        "cpu": resources.cpu.text,
+        "memory": resources.memory.text,
+        "ephemeral-storage": resources.ephemeral_storage.text,
+    }
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": pod_name(sandbox),
+            "namespace": sandbox.namespace,
+            "labels": pod_labels(sandbox, profile),
+            "annotations": {ANNOTATION_PROFILE_DIGEST: profile.digest},
+            "ownerReferences": [owner_reference(sandbox)],
+        },
+        "spec": {
+            "runtimeClassName": profile.runtime_class_name,
+            "restartPolicy": "Never",
+            # A backstop for max age that holds even while the operator is down.
+            "activeDeadlineSeconds": effective_lifetime(sandbox, profile).max_age_seconds,
+            "terminationGracePeriodSeconds": 1,
+            "automountServiceAccountToken": False,
+            "enableServiceLinks": False,
+            "hostNetwork": False,
+            "hostPID": False,
+            "hostIPC": False,
+            "hostname": sandbox.name,
+            "dnsPolicy": "None",
+            # The API server requires a nameserver with dnsPolicy None. Loopback is the
+            # pod's own network namespace and nothing listens there, so lookups fail at
+            # once and no query leaves the pod: a resolver would be a way out.
+            "dnsConfig": {
+                "nameservers": ["127.0.0.1"],
+                "options": [{"name": "ndots", "value": "1"}],
+            },
+            "securityContext": {
+                "runAsNonRoot": True,
+                "runAsUser": profile.user,
+                "runAsGroup": profile.group,
+                "supplementalGroups": [],
+                "seccompProfile": {"type": "RuntimeDefault"},
+            },
+            "containers": [
+                {
+                    "name": CONTAINER_NAME,
+                    "image": profile.image,
+                    # Sandbox images are imported into the nodes' containerd; nothing is pulled.
+                    "imagePullPolicy": "Never",
+                    "command": list(profile.command),
+                    "workingDir": WORKSPACE_DIR,
+                    "env": [
+                        {"name": "HOME", "value": WORKSPACE_DIR},
+                        {"name": "TMPDIR", "value": TMP_DIR},
+                    ],
+                    "securityContext": {
+                        "allowPrivilegeEscalation": False,
+                        "readOnlyRootFilesystem": True,
+                        "privileged": False,
+                        "runAsNonRoot": True,
+                        "capabilities": {"drop": ["ALL"]},
+                        "seccompProfile": {"type": "RuntimeDefault"},
+                    },
+                    # Requests equal limits: Guaranteed QoS, and nothing to burst into.
+                    "resources": {"requests": limits, "limits": dict(limits)},
+                    "volumeMounts": [
+                        {"name": "tmp", "mountPath": TMP_DIR},
+                        {"name": "workspace", "mountPath": WORKSPACE_DIR},
+                        {"name": "state", "mountPath": STATE_DIR},
+                    ],
+                }
+            ],
+            # Memory-backed, so scratch space is charged to the memory limit, not node disk.
+            "volumes": [
+                _memory_volume("tmp", resources.scratch.text),
+                _memory_volume("workspace", resources.scratch.text),
+                _memory_volume("state", STATE_VOLUME_SIZE.text),
+            ],
+        },
+    }
+
+
+def _memory_volume(name: str, size: str) -> dict[str, Any]:
+    return {"name": name, "emptyDir": {"medium": "Memory", "sizeLimit": size}}

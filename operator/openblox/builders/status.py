@@ -1,0 +1,60 @@
+"""A Sandbox's whole status, from one reconcile's observation. Pure."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any
+
+from openblox.builders.conditions import Observation, compute_conditions
+from openblox.models import Sandbox, format_timestamp
+from openblox.models.profile import ExecLimits
+
+
+def build_status(
+    sandbox: Sandbox,
+    observation: Observation,
+    *,
+    pod_name: str | None,
+    runtime_class_name: str | None,
+    profile_digest: str | None,
+    exec_limits: ExecLimits | None,
+    now: datetime,
+) -> dict[str, Any]:
+    previous: Mapping[str, Any] = sandbox.status
+    status: dict[str, Any] = {
+        "observedGeneration": sandbox.generation,
+        "conditions": compute_conditions(
+            observation, sandbox.generation, previous.get("conditions") or [], now
+        ),
+    }
+    if pod_name:
+        status["podName"] = pod_name
+    if runtime_class_name:
+        status["runtimeClassName"] = runtime_class_name
+    if observation.observed_boundary:
+        status["boundary"] = observation.observed_boundary
+    if observation.expiry:
+        status["expiresAt"] = format_timestamp(observation.expiry.expires_at)
+        status["expiryReason"] = observation.expiry.reason
+    if profile_digest:
+        status["profileDigest"] = profile_digest
+    if exec_limits:
+        # The client enforces these per call; it cannot read the profiles themselves.
+        status["execLimits"] = {
+            "timeoutSeconds": exec_limits.timeout_seconds,
+            "outputBytes": exec_limits.output_bytes,
+        }
+    # Denials are appended by whoever observes them; a reconcile keeps what is there.
+    if previous.get("denials"):
+        status["denials"] = list(previous["denials"])
+    return status
+
+
+def status_patch(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any]:
+    """A merge patch that makes `old` into `new`, removing fields `new` no longer has."""
+    patch: dict[str, Any] = dict(new)
+    for key in old:
+        if key not in new:
+            patch[key] = None
+    return patch

@@ -1,0 +1,3 @@
+from openblox.cli.main import main
+
+main()

@@ -1,0 +1,211 @@
+"""`openblox`: run code in a sandbox from a shell. Human output by default, --json for machines."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from openblox.client import Client, ExecResult, OpenbloxClientError, Sandbox
+
+
+def _spinner(message: str, done: threading.Event) -> None:
+    """A progress line on stderr while waiting; silent when stderr is not a terminal."""
+    if not sys.stderr.isatty():
+        return
+    frames = "|/-\\"
+    started = time.monotonic()
+    index = 0
+    while not done.wait(0.2):
+        sys.stderr.write(f"\r{message} {frames[index % 4]} {time.monotonic() - started:4.1f}s")
+        sys.stderr.flush()
+        index += 1
+    sys.stderr.write("\r" + " " * (len(message) + 12) + "\r")
+
+
+def _create(client: Client, args: argparse.Namespace) -> Sandbox:
+    done = threading.Event()
+    spinner = threading.Thread(target=_spinner, args=("waiting for sandbox", done), daemon=True)
+    spinner.start()
+    try:
+        return client.create(args.profile, getattr(args, "name", None), timeout=args.timeout)
+    finally:
+        done.set()
+        spinner.join()
+
+
+def _emit_exec(result: ExecResult, as_json: bool) -> int:
+    if as_json:
+        print(
+            json.dumps(
+                {
+                    "exit_code": result.exit_code,
+                    "timed_out": result.timed_out,
+                    "truncated": result.truncated,
+                    "duration": round(result.duration, 4),
+                    "stdout": result.stdout.decode("utf-8", "replace"),
+                    "stderr": result.stderr.decode("utf-8", "replace"),
+                    "denials": list(result.denials),
+                }
+            )
+        )
+    else:
+        sys.stdout.buffer.write(result.stdout)
+        sys.stdout.flush()
+        sys.stderr.buffer.write(result.stderr)
+        if result.truncated:
+            print("openblox: output was cut at the profile's cap", file=sys.stderr)
+        if result.timed_out:
+            print(
+                "openblox: the command timed out; every process it started was killed",
+                file=sys.stderr,
+            )
+        for denial in result.denials:
+            print(
+                f"openblox: denied {denial.get('denied')}: {denial.get('attempted')} "
+                f"({denial.get('because')})",
+                file=sys.stderr,
+            )
+    return result.exit_code
+
+
+def _stdin_bytes(args: argparse.Namespace) -> bytes | None:
+    return sys.stdin.buffer.read() if getattr(args, "stdin", False) else None
+
+
+def cmd_run(client: Client, args: argparse.Namespace) -> int:
+    sandbox = _create(client, args)
+    try:
+        return _emit_exec(sandbox.exec(args.argv, stdin=_stdin_bytes(args)), args.json)
+    finally:
+        sandbox.delete()
+
+
+def cmd_create(client: Client, args: argparse.Namespace) -> int:
+    sandbox = _create(client, args)
+    print(
+        json.dumps({"name": sandbox.name, "namespace": sandbox.namespace})
+        if args.json
+        else sandbox.name
+    )
+    return 0
+
+
+def cmd_exec(client: Client, args: argparse.Namespace) -> int:
+    return _emit_exec(client.get(args.name).exec(args.argv, stdin=_stdin_bytes(args)), args.json)
+
+
+def cmd_ls(client: Client, args: argparse.Namespace) -> int:
+    rows = []
+    for sandbox in client.list():
+        ready: dict[str, Any] = next(
+            (c for c in sandbox.status.get("conditions") or [] if c.get("type") == "Ready"), {}
+        )
+        rows.append(
+            {
+                "name": sandbox.name,
+                "profile": sandbox.profile,
+                "ready": ready.get("status", "Unknown"),
+                "reason": ready.get("reason", ""),
+                "boundary": sandbox.status.get("boundary", ""),
+                "expires": sandbox.status.get("expiresAt", ""),
+            }
+        )
+    if args.json:
+        print(json.dumps(rows))
+    else:
+        print(f"{'NAME':24} {'PROFILE':16} {'READY':6} {'REASON':18} {'BOUNDARY':9} EXPIRES")
+        for row in rows:
+            print(
+                f"{row['name']:24} {row['profile']:16} {row['ready']:6} {row['reason']:18} "
+                f"{row['boundary']:9} {row['expires']}"
+            )
+    return 0
+
+
+def cmd_rm(client: Client, args: argparse.Namespace) -> int:
+    for name in args.names:
+        client.delete(name)
+    return 0
+
+
+def cmd_profiles(client: Client, args: argparse.Namespace) -> int:
+    names = client.profiles()
+    print(json.dumps(names) if args.json else "\n".join(names))
+    return 0
+
+
+def cmd_cp(client: Client, args: argparse.Namespace) -> int:
+    """`cp NAME:PATH LOCAL` or `cp LOCAL NAME:PATH`."""
+    source, target = args.source, args.target
+    if ":" in source and ":" not in target:
+        name, path = source.split(":", 1)
+        Path(target).write_bytes(client.get(name).files.read(path))
+        return 0
+    if ":" in target and ":" not in source:
+        name, path = target.split(":", 1)
+        client.get(name).files.write(path, Path(source).read_bytes())
+        return 0
+    raise OpenbloxClientError("cp needs exactly one side written as SANDBOX:PATH")
+
+
+def parser() -> argparse.ArgumentParser:
+    top = argparse.ArgumentParser(prog="openblox", description=__doc__)
+    top.add_argument("-n", "--namespace", help="namespace (default: the kubeconfig's)")
+    top.add_argument("--kubeconfig")
+    top.add_argument("--json", action="store_true", help="machine-readable output")
+    commands = top.add_subparsers(dest="command", required=True)
+
+    def sub(name: str, handler: Any, help_text: str) -> argparse.ArgumentParser:
+        command = commands.add_parser(name, help=help_text)
+        command.set_defaults(handler=handler)
+        return command
+
+    run = sub("run", cmd_run, "create a sandbox, run one command, delete the sandbox")
+    create = sub("create", cmd_create, "create a sandbox and wait until it is ready")
+    for command in (run, create):
+        command.add_argument("--profile", default="code-exec")
+        command.add_argument(
+            "--timeout", type=float, default=120.0, help="seconds to wait for Ready"
+        )
+    create.add_argument("name", nargs="?")
+    run.add_argument("--stdin", action="store_true", help="pass this command's stdin")
+    run.add_argument("argv", nargs=argparse.REMAINDER)
+    exec_ = sub("exec", cmd_exec, "run a command in an existing sandbox")
+    exec_.add_argument("--stdin", action="store_true", help="pass this command's stdin")
+    exec_.add_argument("name")
+    exec_.add_argument("argv", nargs=argparse.REMAINDER)
+    sub("ls", cmd_ls, "list sandboxes")
+    rm = sub("rm", cmd_rm, "delete sandboxes")
+    rm.add_argument("names", nargs="+")
+    sub("profiles", cmd_profiles, "list the profiles you may use")
+    cp = sub("cp", cmd_cp, "copy a file into or out of a sandbox")
+    cp.add_argument("source")
+    cp.add_argument("target")
+    return top
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    args = parser().parse_args(argv)
+    if hasattr(args, "argv"):
+        if args.argv and args.argv[0] == "--":
+            args.argv = args.argv[1:]
+        if not args.argv:
+            parser().error("a command to run is needed after --")
+    try:
+        client = Client(args.namespace, kubeconfig=args.kubeconfig)
+        sys.exit(args.handler(client, args))
+    except OpenbloxClientError as error:
+        if args.json:
+            record = getattr(error, "record", None)
+            print(
+                json.dumps({"error": type(error).__name__, "message": str(error), "denial": record})
+            )
+        else:
+            print(f"openblox: {error}", file=sys.stderr)
+        sys.exit(2)

@@ -1,0 +1,61 @@
+"""Typed errors a caller can branch on; each says what happened in words a person reads."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class OpenbloxClientError(Exception):
+    """Base of every error the client raises."""
+
+
+class SandboxNotReady(OpenbloxClientError):
+    """The Sandbox reported a condition it will not recover from by waiting."""
+
+    def __init__(self, name: str, reason: str, message: str) -> None:
+        super().__init__(f"sandbox {name} is not ready: {reason}: {message}")
+        self.name = name
+        self.reason = reason
+        self.detail = message
+
+
+class SandboxTimeout(OpenbloxClientError):
+    def __init__(self, name: str, seconds: float, reason: str | None) -> None:
+        super().__init__(
+            f"sandbox {name} was not ready after {seconds:.0f}s"
+            + (f" (last reason: {reason})" if reason else "")
+        )
+        self.name = name
+        self.reason = reason
+
+
+class SandboxGone(OpenbloxClientError):
+    """The Sandbox or its pod no longer exists (deleted, or reaped at its lifetime)."""
+
+
+class AdmissionDenied(OpenbloxClientError):
+    """The API server refused the Sandbox (an unknown or disallowed profile, a bad field)."""
+
+    def __init__(self, message: str, record: dict[str, Any]) -> None:
+        super().__init__(message)
+        self.record = record
+
+
+class ExecTransportError(OpenbloxClientError):
+    """The exec stream could not be opened or broke; the command's result is unknown."""
+
+    def __init__(self, message: str, status_code: int | None = None) -> None:
+        super().__init__(message)
+        self.status_code = status_code
+
+
+class FileOperationError(OpenbloxClientError):
+    """A file operation inside the sandbox failed; the message names the path and why."""
+
+    def __init__(self, path: str, message: str) -> None:
+        super().__init__(f"{path}: {message}")
+        self.path = path
+
+
+class InvalidArgument(OpenbloxClientError, ValueError):
+    """A call's argument is out of range (a timeout above the profile's, say)."""

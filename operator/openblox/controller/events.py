@@ -1,0 +1,66 @@
+"""Kubernetes Events on Sandboxes and the profiles ConfigMap, written once per distinct fact."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+from openblox.controller.kube import Kube
+from openblox.names import FIELD_MANAGER
+
+log = logging.getLogger(__name__)
+
+# Remembered (object uid, reason, message) triples; bounded so a long-lived operator does
+# not grow without limit. Forgetting one only means the Event may be written again.
+_MEMORY = 4096
+
+
+class EventRecorder:
+    def __init__(self, kube: Kube, reporting_instance: str) -> None:
+        self._kube = kube
+        self._instance = reporting_instance
+        self._seen: dict[tuple[str, str, str], None] = {}
+        self._lock = threading.Lock()
+
+    def record(
+        self, involved: Mapping[str, Any], reason: str, message: str, *, warning: bool = True
+    ) -> None:
+        metadata = involved["metadata"]
+        key = (metadata.get("uid", ""), reason, message)
+        with self._lock:
+            if key in self._seen:
+                return
+            self._seen[key] = None
+            while len(self._seen) > _MEMORY:
+                del self._seen[next(iter(self._seen))]
+        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        namespace = metadata.get("namespace") or "default"
+        body = {
+            "metadata": {"generateName": f"{metadata['name']}.", "namespace": namespace},
+            "involvedObject": {
+                "apiVersion": involved.get("apiVersion"),
+                "kind": involved.get("kind"),
+                "name": metadata["name"],
+                "namespace": metadata.get("namespace"),
+                "uid": metadata.get("uid"),
+                "resourceVersion": metadata.get("resourceVersion"),
+            },
+            "reason": reason,
+            "message": message[:1024],
+            "type": "Warning" if warning else "Normal",
+            "source": {"component": FIELD_MANAGER},
+            "reportingComponent": f"openblox.sh/{FIELD_MANAGER}",
+            "reportingInstance": self._instance,
+            "firstTimestamp": now,
+            "lastTimestamp": now,
+            "count": 1,
+        }
+        try:
+            self._kube.core.create_namespaced_event(namespace, body)
+        except Exception:  # an Event is best-effort: never fail a reconcile over one
+            log.warning(
+                "could not record event %s on %s", reason, metadata.get("name"), exc_info=True
+            )

@@ -1,0 +1,374 @@
+"""The one reconcile: observe a Sandbox's world, make the pod exist, report the status.
+
+Level-based and idempotent: every trigger (a Sandbox event, a pod event, the resync
+loop) calls the same function with the latest Sandbox, and it converges from whatever
+it finds. Creation is create-first: a 409 means the pod exists, and it is adopted only
+if this Sandbox owns it. The status is patched only when it changed.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
+from typing import Any
+
+from openblox.builders.conditions import Observation, PodState, Problem, status_changed
+from openblox.builders.network_policy import build_network_policy
+from openblox.builders.pod import build_pod, is_owned_by, pod_name
+from openblox.builders.status import build_status, status_patch
+from openblox.controller import metrics
+from openblox.controller.boundary import probe_boundary
+from openblox.controller.events import EventRecorder
+from openblox.controller.kube import Kube, is_conflict, is_not_found
+from openblox.controller.profile_store import ProfileStore
+from openblox.lifetime import compute_expiry, effective_lifetime
+from openblox.models import (
+    LifetimeTooLong,
+    OpenbloxError,
+    Profile,
+    Sandbox,
+    parse_sandbox,
+)
+from openblox.models.profile import Boundary, resolve_profile
+from openblox.names import (
+    API_VERSION,
+    GROUP,
+    KIND,
+    LABEL_NAMESPACE_OPT_IN,
+    NAMESPACE_OPT_IN_VALUE,
+    PLURAL,
+    VERSION,
+    Reason,
+)
+
+log = logging.getLogger(__name__)
+
+PSA_LABELS = {
+    "pod-security.kubernetes.io/enforce": "restricted",
+    "pod-security.kubernetes.io/enforce-version": "latest",
+}
+# A pod still Pending after this long has its events read for a runtime failure.
+PENDING_GRACE_SECONDS = 3.0
+
+
+@dataclass(frozen=True)
+class Settings:
+    network_policy_enforced: bool
+
+    @classmethod
+    def from_environment(cls) -> Settings:
+        return cls(os.environ.get("OPENBLOX_NETWORK_POLICY_ENFORCED", "false") == "true")
+
+
+class Reconciler:
+    def __init__(
+        self,
+        kube: Kube,
+        profiles: ProfileStore,
+        events: EventRecorder,
+        settings: Settings,
+        clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+    ):
+        self._kube = kube
+        self._profiles = profiles
+        self._events = events
+        self._settings = settings
+        self._clock = clock
+        self._locks: dict[str, threading.Lock] = {}
+        self._locks_guard = threading.Lock()
+        self._namespaces_prepared: set[str] = set()
+        # Pod uid -> boundary seen inside it; a pod's kernel does not change while it lives.
+        self._boundaries: dict[str, Boundary] = {}
+        self._node_kernels: dict[str, str] = {}
+        self._ready_seen: set[str] = set()
+
+    # ------------------------------------------------------------------ entry point
+
+    def reconcile(self, body: Mapping[str, Any], trigger: str) -> None:
+        metrics.RECONCILES.labels(trigger).inc()
+        sandbox = parse_sandbox(body)
+        if sandbox.deletion_timestamp is not None:
+            return  # the garbage collector removes the pod with its owner
+        with self._lock_for(sandbox.uid):
+            try:
+                self._reconcile(sandbox)
+            except Exception:
+                metrics.RECONCILE_ERRORS.inc()
+                raise
+
+    def forget(self, uid: str) -> None:
+        with self._locks_guard:
+            self._locks.pop(uid, None)
+        self._ready_seen.discard(uid)
+
+    def _lock_for(self, uid: str) -> threading.Lock:
+        with self._locks_guard:
+            return self._locks.setdefault(uid, threading.Lock())
+
+    # ------------------------------------------------------------------ the steps
+
+    def _reconcile(self, sandbox: Sandbox) -> None:
+        now = self._clock()
+        observation, profile, pod = self._observe_and_converge(sandbox, now)
+        status = build_status(
+            sandbox,
+            observation,
+            pod_name=pod_name(sandbox) if pod is not None else None,
+            runtime_class_name=profile.runtime_class_name if profile else None,
+            profile_digest=_profile_digest(pod, profile),
+            exec_limits=profile.exec if profile else None,
+            now=now,
+        )
+        self._write_status(sandbox, status)
+        self._count_ready(sandbox, status, now)
+
+    def _observe_and_converge(
+        self, sandbox: Sandbox, now: datetime
+    ) -> tuple[Observation, Profile | None, dict[str, Any] | None]:
+        try:
+            profile = self._resolve_profile(sandbox)
+            lifetime = effective_lifetime(sandbox, profile)
+        except (OpenbloxError, LifetimeTooLong) as error:
+            pod = self._read_pod(sandbox)
+            self._events.record(_sandbox_ref(sandbox), error.reason, error.message)
+            return Observation(profile_problem=Problem.from_error(error)), None, pod
+
+        expiry = compute_expiry(sandbox, lifetime, now)
+        base = Observation(expiry=expiry, expected_boundary=profile.expected_boundary)
+        runtime_problem = self._runtime_problem(profile)
+        if runtime_problem:
+            self._events.record(_sandbox_ref(sandbox), Reason.RUNTIME_UNAVAILABLE, runtime_problem)
+            return (
+                replace(base, runtime_available=False, runtime_message=runtime_problem),
+                profile,
+                self._read_pod(sandbox),
+            )
+        if expiry.expired:
+            # The reaper deletes it; no new pod for a sandbox whose time is up.
+            return replace(base, runtime_available=True), profile, self._read_pod(sandbox)
+
+        self._prepare_namespace(sandbox.namespace)
+        pod, conflict = self._ensure_pod(sandbox, profile)
+        if conflict:
+            return replace(base, runtime_available=True, pod_conflict=conflict), profile, None
+        assert pod is not None
+        state = PodState.from_pod(pod)
+        if state.terminated:
+            self._replace_dead_pod(sandbox, pod, state)
+            return replace(base, runtime_available=True, pod=state), profile, pod
+        sandbox_failure = self._sandbox_creation_failure(pod, now)
+        if sandbox_failure:
+            self._events.record(_sandbox_ref(sandbox), Reason.RUNTIME_UNAVAILABLE, sandbox_failure)
+            return (
+                replace(base, runtime_available=False, runtime_message=sandbox_failure, pod=state),
+                profile,
+                pod,
+            )
+        boundary = self._observed_boundary(pod, state)
+        if (
+            boundary is not None
+            and boundary != profile.expected_boundary
+            and profile.expected_boundary is not None
+        ):
+            message = (
+                f"pod {sandbox.namespace}/{pod_name(sandbox)} runs behind {boundary}, "
+                f"not {profile.expected_boundary}; deleting it"
+            )
+            self._events.record(_sandbox_ref(sandbox), Reason.BOUNDARY_MISMATCH, message)
+            self._delete_pod(pod)
+        return (
+            replace(base, runtime_available=True, pod=state, observed_boundary=boundary),
+            profile,
+            pod,
+        )
+
+    def _resolve_profile(self, sandbox: Sandbox) -> Profile:
+        namespace = self._kube.core.read_namespace(sandbox.namespace)
+        labels = namespace.metadata.labels or {}
+        broken = {}
+        refusal = self._profiles.refusal(sandbox.spec.profile)
+        if refusal is not None and self._profiles.get(sandbox.spec.profile) is None:
+            broken[sandbox.spec.profile] = refusal
+        return resolve_profile(
+            sandbox.spec.profile, sandbox.namespace, labels, self._profiles.snapshot(), broken
+        )
+
+    def _runtime_problem(self, profile: Profile) -> str | None:
+        try:
+            self._kube.node.read_runtime_class(profile.runtime_class_name)
+        except Exception as error:
+            if is_not_found(error):
+                return (
+                    f'RuntimeClass "{profile.runtime_class_name}" does not exist in this '
+                    "cluster; refusing to run the sandbox under any other runtime"
+                )
+            raise
+        if profile.runtime_class_name == "kata" and not self._settings.network_policy_enforced:
+            return (
+                "Kata profiles need NetworkPolicy enforcement (under Kata the policy is the "
+                "only network layer) and this cluster has not confirmed it "
+                "(OPENBLOX_NETWORK_POLICY_ENFORCED)"
+            )
+        return None
+
+    def _prepare_namespace(self, namespace: str) -> None:
+        """Pod Security `restricted` and the default-deny policy, before any pod exists."""
+        if namespace in self._namespaces_prepared:
+            return
+        current = self._kube.core.read_namespace(namespace).metadata.labels or {}
+        if current.get(LABEL_NAMESPACE_OPT_IN) == NAMESPACE_OPT_IN_VALUE and any(
+            current.get(k) != v for k, v in PSA_LABELS.items()
+        ):
+            self._kube.core.patch_namespace(namespace, {"metadata": {"labels": PSA_LABELS}})
+        try:
+            self._kube.networking.create_namespaced_network_policy(
+                namespace, build_network_policy(namespace)
+            )
+        except Exception as error:
+            if not is_conflict(error):
+                raise
+        self._namespaces_prepared.add(namespace)
+
+    def _read_pod(self, sandbox: Sandbox) -> dict[str, Any] | None:
+        try:
+            pod = self._kube.core.read_namespaced_pod(pod_name(sandbox), sandbox.namespace)
+        except Exception as error:
+            if is_not_found(error):
+                return None
+            raise
+        result: dict[str, Any] = self._kube.core.api_client.sanitize_for_serialization(pod)
+        return result if is_owned_by(result, sandbox) else None
+
+    def _ensure_pod(
+        self, sandbox: Sandbox, profile: Profile
+    ) -> tuple[dict[str, Any] | None, str | None]:
+        """The Sandbox's pod, created if missing; or a conflict message if the name is taken."""
+        try:
+            created = self._kube.core.create_namespaced_pod(
+                sandbox.namespace, build_pod(sandbox, profile)
+            )
+            log.info("created pod %s/%s", sandbox.namespace, pod_name(sandbox))
+            pod: dict[str, Any] = self._kube.core.api_client.sanitize_for_serialization(created)
+            return pod, None
+        except Exception as error:
+            if not is_conflict(error):
+                raise
+        existing = self._kube.core.read_namespaced_pod(pod_name(sandbox), sandbox.namespace)
+        found: dict[str, Any] = self._kube.core.api_client.sanitize_for_serialization(existing)
+        if not is_owned_by(found, sandbox):
+            return None, (
+                f'a pod named "{pod_name(sandbox)}" already exists in '
+                f'"{sandbox.namespace}" and does not belong to this Sandbox'
+            )
+        return found, None
+
+    def _replace_dead_pod(self, sandbox: Sandbox, pod: dict[str, Any], state: PodState) -> None:
+        """A dead sandbox pod is deleted; its deletion event brings a fresh one."""
+        why = state.reason or f"exit code {state.exit_code}"
+        self._events.record(
+            _sandbox_ref(sandbox),
+            Reason.POD_FAILED,
+            f"sandbox pod ended ({why}); replacing it with a new pod "
+            "(files in /tmp, /workspace and running processes are lost)",
+        )
+        self._delete_pod(pod)
+
+    def _delete_pod(self, pod: Mapping[str, Any]) -> None:
+        metadata = pod["metadata"]
+        try:
+            self._kube.core.delete_namespaced_pod(
+                metadata["name"],
+                metadata["namespace"],
+                grace_period_seconds=0,
+                body={"preconditions": {"uid": metadata["uid"]}},
+            )
+        except Exception as error:
+            if not (is_not_found(error) or is_conflict(error)):
+                raise
+
+    def _sandbox_creation_failure(self, pod: Mapping[str, Any], now: datetime) -> str | None:
+        """The kubelet could not create the pod sandbox (for instance, no such handler)."""
+        status = pod.get("status") or {}
+        if status.get("phase") != "Pending":
+            return None
+        created = pod["metadata"].get("creationTimestamp")
+        if created and (now - _parse_time(created)).total_seconds() < PENDING_GRACE_SECONDS:
+            return None
+        events = self._kube.core.list_namespaced_event(
+            pod["metadata"]["namespace"],
+            field_selector=f"involvedObject.uid={pod['metadata']['uid']},"
+            "reason=FailedCreatePodSandBox",
+        )
+        for event in events.items:
+            return f"the node could not start the pod's runtime: {event.message}"
+        return None
+
+    def _observed_boundary(self, pod: Mapping[str, Any], state: PodState) -> Boundary | None:
+        if not state.ready:
+            return None
+        uid = pod["metadata"]["uid"]
+        if uid not in self._boundaries:
+            node = pod["spec"].get("nodeName")
+            self._boundaries[uid] = probe_boundary(
+                self._kube,
+                pod["metadata"]["namespace"],
+                pod["metadata"]["name"],
+                self._node_kernel(node),
+            )
+        return self._boundaries[uid]
+
+    def _node_kernel(self, node: str) -> str:
+        if node not in self._node_kernels:
+            self._node_kernels[node] = self._kube.core.read_node(
+                node
+            ).status.node_info.kernel_version
+        return self._node_kernels[node]
+
+    def _write_status(self, sandbox: Sandbox, status: dict[str, Any]) -> None:
+        if not status_changed(sandbox.status, status):
+            return
+        try:
+            self._kube.custom.patch_namespaced_custom_object_status(
+                GROUP,
+                VERSION,
+                sandbox.namespace,
+                PLURAL,
+                sandbox.name,
+                {"status": status_patch(sandbox.status, status)},
+            )
+        except Exception as error:
+            if not is_not_found(error):
+                raise
+
+    def _count_ready(self, sandbox: Sandbox, status: Mapping[str, Any], now: datetime) -> None:
+        ready = any(c["type"] == "Ready" and c["status"] == "True" for c in status["conditions"])
+        if ready and sandbox.uid not in self._ready_seen:
+            self._ready_seen.add(sandbox.uid)
+            metrics.CREATE_TO_READY.observe((now - sandbox.creation_timestamp).total_seconds())
+
+
+def _profile_digest(pod: Mapping[str, Any] | None, profile: Profile | None) -> str | None:
+    """The digest the running pod was built from; a profile edit does not rewrite it."""
+    if pod is not None:
+        digest = (pod["metadata"].get("annotations") or {}).get("openblox.sh/profile-digest")
+        if digest:
+            return str(digest)
+    return profile.digest if profile else None
+
+
+def _parse_time(text: str | datetime) -> datetime:
+    if isinstance(text, datetime):
+        return text
+    return datetime.fromisoformat(text.replace("Z", "+00:00"))
+
+
+def _sandbox_ref(sandbox: Sandbox) -> dict[str, Any]:
+    return {
+        "apiVersion": API_VERSION,
+        "kind": KIND,
+        "metadata": {"name": sandbox.name, "namespace": sandbox.namespace, "uid": sandbox.uid},
+    }

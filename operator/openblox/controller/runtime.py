@@ -1,0 +1,64 @@
+"""The operator's parts, wired together once at start-up."""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+from dataclasses import dataclass, field
+
+from openblox.controller.events import EventRecorder
+from openblox.controller.kube import Kube
+from openblox.controller.lease import Lease
+from openblox.controller.profile_store import ProfileStore
+from openblox.controller.profile_watch import ProfileWatcher
+from openblox.controller.reaper import Reaper
+from openblox.controller.reconcile import Reconciler, Settings
+from openblox.controller.sandbox_cache import SandboxCache
+
+# Sandboxes are not reconciled before the profiles are known: an early reconcile would
+# report ProfileNotFound for a profile that exists.
+PROFILES_LOAD_TIMEOUT_SECONDS = 30.0
+
+
+@dataclass
+class Runtime:
+    kube: Kube
+    profiles: ProfileStore
+    cache: SandboxCache
+    reconciler: Reconciler
+    reaper: Reaper
+    profile_watcher: ProfileWatcher
+    stop: threading.Event = field(default_factory=threading.Event)
+    threads: list[threading.Thread] = field(default_factory=list)
+
+    @classmethod
+    def build(cls) -> Runtime:
+        kube = Kube.connect()
+        identity = os.environ.get("POD_NAME") or socket.gethostname()
+        profiles = ProfileStore()
+        cache = SandboxCache()
+        events = EventRecorder(kube, identity)
+        reconciler = Reconciler(kube, profiles, events, Settings.from_environment())
+        reaper = Reaper(
+            kube,
+            cache,
+            profiles,
+            reconciler,
+            events=events,
+            lease=Lease(kube, "openblox-reaper", identity),
+        )
+        watcher = ProfileWatcher(kube, profiles, events, on_change=reaper.request_resync)
+        return cls(kube, profiles, cache, reconciler, reaper, watcher)
+
+    def start(self) -> None:
+        for name, target in (("profiles", self.profile_watcher.run), ("reaper", self.reaper.run)):
+            thread = threading.Thread(target=target, args=(self.stop,), name=name, daemon=True)
+            thread.start()
+            self.threads.append(thread)
+        self.profiles.wait_loaded(PROFILES_LOAD_TIMEOUT_SECONDS)
+
+    def shutdown(self) -> None:
+        self.stop.set()
+        for thread in self.threads:
+            thread.join(timeout=5)

@@ -1,0 +1,57 @@
+"""Typed, immutable views of Sandboxes and profiles, parsed once at the edge from raw dicts."""
+
+from openblox.models.errors import (
+    LifetimeTooLong,
+    OpenbloxError,
+    ProfileError,
+    ProfileNotAllowed,
+    ProfileNotFound,
+    SandboxError,
+)
+from openblox.models.profile import (
+    STATE_VOLUME_SIZE,
+    AllowedNamespaces,
+    Boundary,
+    ExecLimits,
+    Lifetime,
+    Profile,
+    Quantity,
+    Resources,
+    parse_profile,
+    parse_profiles,
+    parse_quantity,
+    resolve_profile,
+)
+from openblox.models.sandbox import (
+    Sandbox,
+    SandboxSpec,
+    format_timestamp,
+    parse_sandbox,
+    parse_timestamp,
+)
+
+__all__ = [
+    "STATE_VOLUME_SIZE",
+    "AllowedNamespaces",
+    "Boundary",
+    "ExecLimits",
+    "Lifetime",
+    "LifetimeTooLong",
+    "OpenbloxError",
+    "Profile",
+    "ProfileError",
+    "ProfileNotAllowed",
+    "ProfileNotFound",
+    "Quantity",
+    "Resources",
+    "Sandbox",
+    "SandboxError",
+    "SandboxSpec",
+    "format_timestamp",
+    "parse_profile",
+    "parse_profiles",
+    "parse_quantity",
+    "parse_sandbox",
+    "parse_timestamp",
+    "resolve_profile",
+]

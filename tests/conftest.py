@@ -1,0 +1,1 @@
+"""Shared test set-up: unit tests need nothing; cluster tests get a real cluster."""

@@ -1,0 +1,319 @@
+from collections.abc import Sequence
+from datetime import timedelta
+from typing import Any, ClassVar
+
+import pytest
+
+from openblox.builders import (
+    Condition,
+    Observation,
+    PodState,
+    Problem,
+    compute_conditions,
+    status_changed,
+)
+from openblox.lifetime import Expiry
+from openblox.models import ProfileNotFound
+from openblox.names import Reason
+from tests.unit.factories import CREATED
+
+NOW = CREATED + timedelta(minutes=5)
+LATER = NOW + timedelta(minutes=1)
+RUNNING = PodState(phase="Running", ready=True)
+HEALTHY = Observation(
+    runtime_available=True,
+    pod=RUNNING,
+    expected_boundary="gvisor",
+    observed_boundary="gvisor",
+    expiry=Expiry(NOW + timedelta(minutes=10), "Idle", expired=False),
+)
+NOT_FOUND = Problem.from_error(ProfileNotFound("nope", ["code-exec"]))
+
+
+def by_type(conditions: Sequence[Condition]) -> dict[str, Condition]:
+    return {condition["type"]: condition for condition in conditions}
+
+
+def summary(observation: Observation) -> tuple[str, str]:
+    ready = by_type(compute_conditions(observation, 1, [], NOW))["Ready"]
+    return ready["status"], ready["reason"]
+
+
+def test_a_healthy_sandbox_is_ready() -> None:
+    conditions = compute_conditions(HEALTHY, 3, [], NOW)
+
+    assert [c["type"] for c in conditions] == [
+        "Ready",
+        "ProfileResolved",
+        "RuntimeAvailable",
+        "PodReady",
+    ]
+    assert by_type(conditions)["Ready"] == {
+        "type": "Ready",
+        "status": "True",
+        "reason": "Ready",
+        "message": "the sandbox is ready to run commands",
+        "observedGeneration": 3,
+        "lastTransitionTime": "2025-01-02T03:09:05Z",
+    }
+    assert all(c["status"] == "True" for c in conditions)
+    assert by_type(conditions)["RuntimeAvailable"]["message"].endswith("runs behind gvisor")
+
+
+@pytest.mark.parametrize(
+    ("observation", "expected"),
+    [
+        pytest.param(
+            Observation(profile_problem=NOT_FOUND),
+            ("False", "ProfileNotFound"),
+            id="profile-not-found",
+        ),
+        pytest.param(
+            Observation(runtime_available=False, runtime_message="RuntimeClass kata not found"),
+            ("False", "RuntimeUnavailable"),
+            id="runtime-unavailable",
+        ),
+        pytest.param(
+            Observation(runtime_available=True),
+            ("False", "PodPending"),
+            id="no-pod-yet",
+        ),
+        pytest.param(
+            Observation(
+                runtime_available=True, pod=PodState("Pending", reason="ErrImageNeverPull")
+            ),
+            ("False", "PodPending"),
+            id="image-not-imported",
+        ),
+        pytest.param(
+            Observation(runtime_available=True, pod=PodState("Failed")),
+            ("False", "PodFailed"),
+            id="pod-failed",
+        ),
+        pytest.param(
+            Observation(runtime_available=True, pod=RUNNING, pod_conflict="taken"),
+            ("False", "PodConflict"),
+            id="pod-name-taken",
+        ),
+        pytest.param(
+            Observation(pod=RUNNING),
+            ("Unknown", "RuntimeNotChecked"),
+            id="runtime-not-checked",
+        ),
+        pytest.param(
+            Observation(runtime_available=True, pod=RUNNING, expiry=Expiry(NOW, "MaxAge", True)),
+            ("False", "Expired"),
+            id="expired-outranks-a-healthy-pod",
+        ),
+        pytest.param(
+            Observation(
+                runtime_available=True,
+                pod=RUNNING,
+                expected_boundary="gvisor",
+                observed_boundary="none",
+                expiry=Expiry(NOW, "MaxAge", expired=True),
+            ),
+            ("False", "BoundaryMismatch"),
+            id="boundary-mismatch-outranks-expiry",
+        ),
+    ],
+)
+def test_ready_summarises_the_most_important_problem(
+    observation: Observation, expected: tuple[str, str]
+) -> None:
+    assert summary(observation) == expected
+
+
+def test_a_profile_problem_explains_itself_and_blocks_the_rest() -> None:
+    conditions = by_type(compute_conditions(Observation(profile_problem=NOT_FOUND), 1, [], NOW))
+
+    assert conditions["ProfileResolved"]["status"] == "False"
+    assert conditions["ProfileResolved"]["message"] == NOT_FOUND.message
+    assert conditions["RuntimeAvailable"]["status"] == "Unknown"
+    assert conditions["RuntimeAvailable"]["reason"] == "ProfileNotResolved"
+    assert conditions["PodReady"]["reason"] == "PodNotCreated"
+    assert conditions["Ready"]["message"] == (
+        'profile "nope" does not exist (profiles available here: code-exec)'
+    )
+
+
+def test_boundary_mismatch_names_both_boundaries() -> None:
+    observation = Observation(
+        runtime_available=True, pod=RUNNING, expected_boundary="kata", observed_boundary="gvisor"
+    )
+    runtime = by_type(compute_conditions(observation, 1, [], NOW))["RuntimeAvailable"]
+
+    assert runtime["status"] == "False"
+    assert (
+        runtime["message"] == "the profile claims the kata boundary but the pod runs behind gvisor"
+    )
+
+
+def test_an_unsafe_profile_makes_no_boundary_claim_to_mismatch() -> None:
+    observation = Observation(
+        runtime_available=True, pod=RUNNING, expected_boundary=None, observed_boundary="none"
+    )
+    assert summary(observation) == ("True", "Ready")
+
+
+def test_expiry_says_which_limit_and_when() -> None:
+    expiry = Expiry(CREATED + timedelta(hours=1), "MaxAge", expired=True)
+    ready = by_type(compute_conditions(Observation(expiry=expiry), 1, [], NOW))["Ready"]
+
+    assert ready["message"] == (
+        "the sandbox reached its max age at 2025-01-02T04:04:05Z and will be deleted"
+    )
+
+
+@pytest.mark.parametrize(
+    ("pod", "message"),
+    [
+        (PodState("Pending"), "the pod is Pending"),
+        (
+            PodState("Pending", reason="ErrImageNeverPull", message='image "x" is not present'),
+            'the pod is Pending: ErrImageNeverPull: image "x" is not present',
+        ),
+    ],
+)
+def test_a_pending_pod_says_what_it_waits_for(pod: PodState, message: str) -> None:
+    pod_ready = by_type(compute_conditions(Observation(pod=pod), 1, [], NOW))["PodReady"]
+    assert pod_ready["message"] == message
+
+
+def test_a_failed_pod_says_how_it_ended() -> None:
+    pod = PodState("Failed", reason="OOMKilled", exit_code=137)
+    pod_ready = by_type(compute_conditions(Observation(pod=pod), 1, [], NOW))["PodReady"]
+
+    assert pod_ready["message"] == (
+        "the sandbox has ended and cannot be used again: OOMKilled (exit code 137); "
+        "files in /tmp and /workspace count against the memory limit"
+    )
+
+
+class TestLastTransitionTime:
+    def test_is_kept_while_the_status_holds_even_if_reason_or_generation_change(self) -> None:
+        first = compute_conditions(Observation(profile_problem=NOT_FOUND), 1, [], NOW)
+        other_problem = Problem(Reason.PROFILE_NOT_ALLOWED, "not here")
+        second = compute_conditions(Observation(profile_problem=other_problem), 2, first, LATER)
+
+        assert {c["lastTransitionTime"] for c in second} == {"2025-01-02T03:09:05Z"}
+        assert {c["observedGeneration"] for c in second} == {2}
+        assert by_type(second)["Ready"]["reason"] == "ProfileNotAllowed"
+
+    def test_moves_only_for_conditions_whose_status_changed(self) -> None:
+        pending = Observation(runtime_available=True, pod=PodState("Pending"))
+        first = compute_conditions(pending, 1, [], NOW)
+        second = by_type(compute_conditions(HEALTHY, 1, first, LATER))
+
+        assert second["ProfileResolved"]["lastTransitionTime"] == "2025-01-02T03:09:05Z"
+        assert second["RuntimeAvailable"]["lastTransitionTime"] == "2025-01-02T03:09:05Z"
+        assert second["PodReady"]["lastTransitionTime"] == "2025-01-02T03:10:05Z"
+        assert second["Ready"]["lastTransitionTime"] == "2025-01-02T03:10:05Z"
+
+    def test_an_unchanged_world_gives_an_unchanged_status(self) -> None:
+        first = compute_conditions(HEALTHY, 1, [], NOW)
+        second = compute_conditions(HEALTHY, 1, list(reversed(first)), LATER)
+
+        assert second == first
+        assert not status_changed({"conditions": first}, {"conditions": second})
+
+
+class TestPodStateFromPod:
+    def test_a_running_ready_pod(self) -> None:
+        pod = {
+            "status": {
+                "phase": "Running",
+                "conditions": [{"type": "Ready", "status": "True"}],
+                "containerStatuses": [{"name": "sandbox", "ready": True, "state": {"running": {}}}],
+            }
+        }
+        assert PodState.from_pod(pod) == PodState(phase="Running", ready=True)
+
+    def test_a_container_killed_for_memory(self) -> None:
+        pod = {
+            "status": {
+                "phase": "Failed",
+                "conditions": [{"type": "Ready", "status": "False", "reason": "PodFailed"}],
+                "containerStatuses": [
+                    {
+                        "name": "sandbox",
+                        "state": {"terminated": {"reason": "OOMKilled", "exitCode": 137}},
+                    }
+                ],
+            }
+        }
+        state = PodState.from_pod(pod)
+        assert state == PodState(phase="Failed", reason="OOMKilled", exit_code=137)
+        assert state.terminated
+
+    def test_an_image_that_was_never_imported(self) -> None:
+        waiting = {"reason": "ErrImageNeverPull", "message": 'Container image "x" is not present'}
+        pod = {
+            "status": {
+                "phase": "Pending",
+                "containerStatuses": [{"name": "sandbox", "state": {"waiting": waiting}}],
+            }
+        }
+        state = PodState.from_pod(pod)
+        assert state == PodState("Pending", reason="ErrImageNeverPull", message=waiting["message"])
+        assert not state.terminated
+
+    def test_an_evicted_pod_reports_the_pods_own_reason(self) -> None:
+        pod = {"status": {"phase": "Failed", "reason": "Evicted", "message": "ephemeral storage"}}
+        assert PodState.from_pod(pod) == PodState(
+            "Failed", reason="Evicted", message="ephemeral storage"
+        )
+
+    def test_an_unschedulable_pod_says_why(self) -> None:
+        unschedulable = {
+            "type": "PodScheduled",
+            "status": "False",
+            "reason": "Unschedulable",
+            "message": "0/1 nodes are available",
+        }
+        pod = {"status": {"phase": "Pending", "conditions": [unschedulable]}}
+        state = PodState.from_pod(pod)
+        assert (state.reason, state.message) == ("Unschedulable", "0/1 nodes are available")
+
+    def test_a_pod_without_status_is_pending(self) -> None:
+        assert PodState.from_pod({"metadata": {"name": "demo"}}) == PodState()
+
+    def test_a_succeeded_pod_is_a_dead_sandbox(self) -> None:
+        assert PodState("Succeeded").terminated
+
+
+class TestStatusChanged:
+    status: ClassVar[dict[str, Any]] = {
+        "observedGeneration": 1,
+        "podName": "demo",
+        "conditions": [{"type": "Ready", "status": "True"}, {"type": "PodReady", "status": "True"}],
+    }
+
+    def test_condition_order_does_not_matter(self) -> None:
+        reordered = {**self.status, "conditions": list(reversed(self.status["conditions"]))}
+        assert not status_changed(self.status, reordered)
+
+    @pytest.mark.parametrize(
+        "change",
+        [
+            {"observedGeneration": 2},
+            {"podName": "other"},
+            {"boundary": "gvisor"},
+            {
+                "conditions": [
+                    {"type": "Ready", "status": "False"},
+                    {"type": "PodReady", "status": "True"},
+                ]
+            },
+        ],
+    )
+    def test_anything_else_does(self, change: dict[str, Any]) -> None:
+        assert status_changed(self.status, {**self.status, **change})
+
+    def test_a_missing_field_is_a_change(self) -> None:
+        trimmed = {key: value for key, value in self.status.items() if key != "podName"}
+        assert status_changed(self.status, trimmed)
+
+    def test_no_previous_status_is_a_change(self) -> None:
+        assert status_changed(None, self.status)
+        assert not status_changed(None, {})

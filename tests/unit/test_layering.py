@@ -1,0 +1,92 @@
+"""The pure core stays pure: no cluster clients, no I/O, no reaching up a layer.
+
+Imports are read with `ast`, so a violation is caught even in code no test executes.
+"""
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).parents[2] / "operator" / "openblox"
+
+# Which openblox modules each pure layer may import (anything else from openblox is out).
+ALLOWED_OPENBLOX_IMPORTS = {
+    "models": ("openblox.names", "openblox.models"),
+    "lifetime": ("openblox.names", "openblox.models", "openblox.lifetime"),
+    "builders": ("openblox.names", "openblox.models", "openblox.lifetime", "openblox.builders"),
+}
+FORBIDDEN = (
+    "kubernetes",
+    "kopf",
+    "websocket",
+    "requests",
+    "socket",
+    "ssl",
+    "subprocess",
+    "urllib",
+    "http",
+    "asyncio",
+    "os",
+    "pathlib",
+    "shutil",
+    "io",
+    "importlib",
+    "threading",
+    "multiprocessing",
+)
+
+
+def imported_modules(source: str, package: str) -> Iterator[str]:
+    """Absolute names of the modules `source`, a module of `package`, imports."""
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            yield from (alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.rsplit(".", node.level - 1)[0] if node.level > 1 else package
+                yield f"{base}.{node.module}" if node.module else base
+            else:
+                yield node.module or ""
+
+
+def file_imports(path: Path) -> Iterator[str]:
+    package = ".".join(path.relative_to(PACKAGE.parent).parts[:-1])
+    return imported_modules(path.read_text(), package)
+
+
+def within(module: str, roots: tuple[str, ...]) -> bool:
+    return any(module == root or module.startswith(f"{root}.") for root in roots)
+
+
+def layer_files(layer: str) -> list[Path]:
+    files = sorted((PACKAGE / layer).rglob("*.py"))
+    assert files, f"no modules found under {PACKAGE / layer}"
+    return files
+
+
+@pytest.mark.parametrize("layer", sorted(ALLOWED_OPENBLOX_IMPORTS))
+def test_pure_layers_import_nothing_that_does_io_or_talks_to_a_cluster(layer: str) -> None:
+    violations = [
+        f"{path.relative_to(PACKAGE.parent)} imports {module}"
+        for path in layer_files(layer)
+        for module in file_imports(path)
+        if within(module, FORBIDDEN)
+        or (within(module, ("openblox",)) and not within(module, ALLOWED_OPENBLOX_IMPORTS[layer]))
+    ]
+    assert violations == []
+
+
+def test_names_imports_only_the_standard_library_basics() -> None:
+    modules = set(file_imports(PACKAGE / "names.py"))
+    assert modules <= {"enum", "typing"}
+
+
+def test_the_checker_resolves_relative_imports() -> None:
+    source = "from ..controller import x\nimport kubernetes.client\nfrom . import pod\n"
+    assert list(imported_modules(source, "openblox.builders")) == [
+        "openblox.controller",
+        "kubernetes.client",
+        "openblox.builders",
+    ]

@@ -1,0 +1,212 @@
+"""Every way a profile can be wrong gets a message that tells the admin what to fix,
+and a broken profile never takes the other profiles in the ConfigMap down with it."""
+
+import pytest
+
+from openblox.models import ProfileError, parse_profile, parse_profiles
+from tests.unit.factories import DEFAULT_PROFILE_YAML
+
+BAD_PROFILES = {
+    "invalid YAML": (
+        "image: [unclosed\n",
+        "invalid YAML at line 2, column 1: expected ',' or ']', but got '<stream end>'",
+    ),
+    "duplicate key": (
+        "image: a\nimage: b\n",
+        'invalid YAML at line 2, column 1: duplicate key "image"',
+    ),
+    "not a mapping": (
+        "- image: a\n",
+        "a profile must be a mapping, got a list",
+    ),
+    "empty document": (
+        "",
+        "a profile must be a mapping, got null",
+    ),
+    "unknown field": (
+        "image: i\nnetwork: host\n",
+        'unknown field "network" (known fields: image, runtimeClassName, unsafe, command, '
+        "user, group, resources, exec, lifetime, namespaces)",
+    ),
+    "unknown field with a likely typo": (
+        "image: i\nruntimeClass: gvisor\n",
+        'unknown field "runtimeClass"; did you mean "runtimeClassName"?',
+    ),
+    "unknown nested field": (
+        "image: i\nresources: {memroy: 1Gi}\n",
+        'unknown field "resources.memroy"; did you mean "memory"? (known fields in '
+        "resources: cpu, memory, scratch, processes, ephemeralStorage)",
+    ),
+    "unknown field two levels down": (
+        "image: i\nnamespaces: {selector: {matchExpressions: []}}\n",
+        'unknown field "namespaces.selector.matchExpressions"',
+    ),
+    "missing image": (
+        "runtimeClassName: gvisor\n",
+        "image is required",
+    ),
+    "empty image": (
+        'image: ""\n',
+        'image must be a non-empty string, got string ""',
+    ),
+    "image with whitespace": (
+        "image: my image\n",
+        'image "my image" must not contain whitespace',
+    ),
+    "unapproved runtime": (
+        "image: i\nruntimeClassName: runc\n",
+        'runtimeClassName "runc" is not approved for untrusted code (approved: gvisor, kata); '
+        "set unsafe: true only if you accept a weaker boundary",
+    ),
+    "runtime that is not a name": (
+        "image: i\nruntimeClassName: Not_A_Name\nunsafe: true\n",
+        'runtimeClassName "Not_A_Name" is not a valid RuntimeClass name',
+    ),
+    "unsafe not a boolean": (
+        "image: i\nunsafe: 'yes'\n",
+        'unsafe must be true or false, got string "yes"',
+    ),
+    "root user": (
+        "image: i\nuser: 0\n",
+        "user must be between 1 and 2147483647, got 0",
+    ),
+    "negative group": (
+        "image: i\ngroup: -5\n",
+        "group must be between 1 and 2147483647, got -5",
+    ),
+    "user as a string": (
+        "image: i\nuser: '1000'\n",
+        'user must be a whole number, got string "1000"',
+    ),
+    "user as a boolean": (
+        "image: i\nuser: true\n",
+        "user must be a whole number, got boolean true",
+    ),
+    "empty command": (
+        "image: i\ncommand: []\n",
+        "command must be a non-empty list of strings starting with the program, got a list",
+    ),
+    "command as a string": (
+        "image: i\ncommand: sleep infinity\n",
+        "command must be a non-empty list of strings starting with the program, "
+        'got string "sleep infinity"',
+    ),
+    "bad quantity": (
+        "image: i\nresources: {memory: 1GB}\n",
+        'resources.memory: "1GB" is not a Kubernetes quantity (for example 500m, 2, 512Mi, 1Gi)',
+    ),
+    "milli bytes": (
+        "image: i\nresources: {memory: 512m}\n",
+        "resources.memory 512m is not a whole number of bytes "
+        '("m" means thousandths; did you mean "Mi"?)',
+    ),
+    "sub-millicore cpu": (
+        "image: i\nresources: {cpu: 0.0001}\n",
+        "resources.cpu 0.0001 is finer than one millicore (1m)",
+    ),
+    "zero cpu": (
+        "image: i\nresources: {cpu: '0'}\n",
+        "resources.cpu must be greater than zero, got 0",
+    ),
+    "negative memory": (
+        "image: i\nresources: {memory: -1Gi}\n",
+        "resources.memory must be greater than zero, got -1Gi",
+    ),
+    "quantity as a list": (
+        "image: i\nresources: {scratch: [1]}\n",
+        "resources.scratch must be a quantity such as 512Mi, got a list",
+    ),
+    "absurd quantity": (
+        "image: i\nresources: {ephemeralStorage: 100Ei}\n",
+        "resources.ephemeralStorage 100Ei is too large",
+    ),
+    "zero processes": (
+        "image: i\nresources: {processes: 0}\n",
+        "resources.processes must be between 1 and 2147483647, got 0",
+    ),
+    "zero timeout": (
+        "image: i\nexec: {timeoutSeconds: 0}\n",
+        "exec.timeoutSeconds must be between 1 and 2147483647, got 0",
+    ),
+    "fractional output cap": (
+        "image: i\nexec: {outputBytes: 1.5}\n",
+        "exec.outputBytes must be a whole number, got number 1.5",
+    ),
+    "negative idle timeout": (
+        "image: i\nlifetime: {idleTimeoutSeconds: -1}\n",
+        "lifetime.idleTimeoutSeconds must be between 1 and 2147483647, got -1",
+    ),
+    "section not a mapping": (
+        "image: i\nlifetime: 3600\n",
+        "lifetime must be a mapping, got number 3600",
+    ),
+    "scratch larger than memory": (
+        "image: i\nresources: {memory: 256Mi, scratch: 1Gi}\n",
+        "resources.scratch 1Gi does not fit in resources.memory 256Mi: /tmp and /workspace "
+        "are each a tmpfs of up to 1Gi, plus 16Mi of state, all drawn from the memory limit, "
+        "so memory must be more than 2 x scratch + 16Mi",
+    ),
+    "scratch that leaves no memory to run in": (
+        "image: i\nresources: {memory: 272Mi, scratch: 128Mi}\n",
+        "resources.scratch 128Mi does not fit in resources.memory 272Mi",
+    ),
+    "namespaces allowing nothing": (
+        "image: i\nnamespaces: {names: []}\n",
+        "namespaces must list names or a selector; remove it to allow every namespace "
+        "that has opted in to sandboxes",
+    ),
+    "namespace that is not a name": (
+        "image: i\nnamespaces: {names: [Team_A]}\n",
+        'namespaces.names: string "Team_A" is not a namespace name',
+    ),
+    "unquoted boolean label value": (
+        "image: i\nnamespaces: {selector: {matchLabels: {sandboxes: true}}}\n",
+        "namespaces.selector.matchLabels.sandboxes must be a string (quote true, false and "
+        "numbers in YAML), got boolean true",
+    ),
+}
+
+
+@pytest.mark.parametrize(("raw_yaml", "message"), BAD_PROFILES.values(), ids=BAD_PROFILES.keys())
+def test_bad_profile_gets_a_clear_message(raw_yaml: str, message: str) -> None:
+    with pytest.raises(ProfileError) as raised:
+        parse_profile("code-exec", raw_yaml)
+
+    error = raised.value
+    assert error.profile_name == "code-exec"
+    assert error.reason == "ProfileInvalid"
+    assert message in error.detail
+    assert str(error) == f'profile "code-exec" is invalid: {error.detail}'
+
+
+@pytest.mark.parametrize("name", ["Code-Exec", "code_exec", "-code", "code.exec", "a" * 64, ""])
+def test_a_profile_name_must_be_a_dns_label(name: str) -> None:
+    with pytest.raises(ProfileError, match="must be a DNS label"):
+        parse_profile(name, DEFAULT_PROFILE_YAML)
+
+
+def test_a_63_character_name_is_a_dns_label() -> None:
+    assert parse_profile("a" * 63, DEFAULT_PROFILE_YAML).name == "a" * 63
+
+
+def test_one_broken_profile_never_hides_the_others() -> None:
+    data = {f"bad-{index}": raw_yaml for index, (raw_yaml, _) in enumerate(BAD_PROFILES.values())}
+    data |= {
+        "code-exec": DEFAULT_PROFILE_YAML,
+        "Bad_Name": DEFAULT_PROFILE_YAML,
+        "zz-last": "image: z\n",
+    }
+
+    profiles, broken = parse_profiles(data)
+
+    assert sorted(profiles) == ["code-exec", "zz-last"]
+    assert sorted(broken) == sorted(set(data) - {"code-exec", "zz-last"})
+    assert all(error.profile_name == name for name, error in broken.items())
+
+
+def test_a_value_that_is_not_text_is_reported_not_crashed_on() -> None:
+    data: dict[str, object] = {"code-exec": DEFAULT_PROFILE_YAML, "binary": b"image: i"}
+    profiles, broken = parse_profiles(data)  # type: ignore[arg-type]
+
+    assert list(profiles) == ["code-exec"]
+    assert "its value must be a YAML string, got bytes" in str(broken["binary"])
