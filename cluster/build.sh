@@ -64,7 +64,7 @@ case $target in
   etcd) build_etcd ;;
   crictl) go_install crictl "$CRI_TOOLS_VERSION" sigs.k8s.io/cri-tools/cmd/crictl ;;
   kube-router) go_install kube-router "$KUBE_ROUTER_VERSION" github.com/cloudnativelabs/kube-router/v2/cmd/kube-router ;;
-  gvisor) go_install gvisor "$GVISOR_VERSION" gvisor.dev/gvisor/runsc gvisor.dev/gvisor/shim/cmd/containerd-shim-runsc-v1 ;;
+  gvisor) go_install gvisor "$GVISOR_VERSION" gvisor.dev/gvisor/runsc ;;
   all) for t in etcd crictl kube-router kubernetes; do "$0" "$t"; done
        "$0" gvisor || log "newer gVisor did not build; Debian's runsc will be used" ;;
   *) echo "usage: $0 [kubernetes|etcd|crictl|kube-router|gvisor|all]" >&2; exit 2 ;;

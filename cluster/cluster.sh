@@ -138,21 +138,38 @@ link_binaries() {
   ln -sfn "$CACHE/etcd-$ETCD_VERSION/server" "$BIN/etcd"
   ln -sfn "$CACHE/kube-router-$KUBE_ROUTER_VERSION/kube-router" "$BIN/kube-router"
   ln -sfn "$CACHE/crictl-$CRI_TOOLS_VERSION/crictl" "$BIN/crictl"
-  # gVisor: the newer build from the Go module proxy when it built, else Debian's.
+  # gVisor: the newer build from the Go module proxy when it built (systrap platform),
+  # else Debian's 2022 runsc (ptrace only). Both run through the runc v2 shim: gVisor's
+  # own shim insists on an oom_score_adj of -999, which root here may not set (no
+  # CAP_SYS_RESOURCE); see docs/runtimes.md.
   local gvisor=$CACHE/gvisor-$GVISOR_VERSION
   if [[ -x $gvisor/runsc ]]; then
     ln -sfn "$gvisor/runsc" "$BIN/runsc"
   else
     ln -sfn "$(command -v runsc)" "$BIN/runsc"
   fi
-  # The runc v2 shim calls this in place of runc, so the handler can only ever start
-  # gVisor with external networking off: the sandbox sees loopback alone.
+  # The handler runs this in place of runc, so it can only ever start gVisor with external
+  # networking off: the sandbox sees loopback alone.
+  # The shim reads `start`'s output to its end, but runsc leaves a gofer holding that pipe
+  # open: for `start` alone, the output goes through a file. (`create` and `exec` must keep
+  # their stdio: the container's own streams are passed through them.)
   cat >"$BIN/runsc-nonet" <<EOF
 #!/bin/sh
-exec $BIN/runsc --network=none --root=$RUN/runsc "\$@"
+set -- --network=none ${OPENBLOX_RUNSC_DEBUG:+--debug --debug-log=$STATE/logs/runsc/} "\$@"
+case " \$* " in
+  *" start "*)
+    out=\$(mktemp -p $RUN runsc-start.XXXXXX)
+    $BIN/runsc "\$@" >"\$out" 2>&1
+    status=\$?
+    cat "\$out"
+    rm -f "\$out"
+    exit \$status ;;
+esac
+exec $BIN/runsc "\$@"
 EOF
   chmod 0755 "$BIN/runsc-nonet"
 }
+
 
 # Rewriting an unchanged file would make a running containerd reload its CNI config.
 write_if_changed() {
@@ -172,6 +189,9 @@ state = "$RUN/containerd"
   address = "$CONTAINERD_SOCK"
 [plugins."io.containerd.grpc.v1.cri"]
   sandbox_image = "openblox.local/pause:3.10"
+  # Root here lacks CAP_SYS_RESOURCE, so a negative oom_score_adj cannot be set:
+  # clamp every container's to containerd's own instead of failing to start it.
+  restrict_oom_score_adj = true
   [plugins."io.containerd.grpc.v1.cri".containerd]
     default_runtime_name = "runc"
     snapshotter = "overlayfs"
@@ -183,7 +203,7 @@ state = "$RUN/containerd"
       runtime_type = "io.containerd.runc.v2"
       [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runsc.options]
         BinaryName = "$BIN/runsc-nonet"
-        Root = "$RUN/runsc-shim"
+        Root = "$RUN/runsc"
         SystemdCgroup = false
   [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = "/usr/lib/cni"
@@ -250,7 +270,6 @@ clean_leftovers() {
   local name
   for name in "${COMPONENTS[@]}"; do running "$name" || rm -f "$(pidfile "$name")"; done
   pkill -f "containerd-shim-runc-v2 .*-address $CONTAINERD_SOCK" 2>/dev/null || true
-  pkill -f "containerd-shim-runsc-v1 .*-address $CONTAINERD_SOCK" 2>/dev/null || true
   pkill -f "$BIN/runsc" 2>/dev/null || true
   pkill -f "runsc-sandbox .*--root=$RUN/runsc" 2>/dev/null || true
   local mounts
@@ -260,8 +279,7 @@ clean_leftovers() {
     while read -r m; do umount -l "$m" 2>/dev/null || true; done <<<"$mounts"
   fi
   # Fresh cluster state each start: pods from a previous run are gone from etcd anyway.
-  rm -rf "$STATE/etcd" "$KUBELET_ROOT" "$ROOT/cni-ipam" "$RUN/containerd" "$RUN/runsc" \
-    "$RUN/runsc-shim"
+  rm -rf "$STATE/etcd" "$KUBELET_ROOT" "$ROOT/cni-ipam" "$RUN/containerd" "$RUN/runsc"
 }
 
 # ---------------------------------------------------------------- bootstrap

@@ -34,7 +34,7 @@ source "$IMAGES_DIR/base/base.sh"
 
 usage() {
   sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//' >&2
-  exit 2
+  exit "${1:-2}"
 }
 
 socket=
@@ -43,7 +43,7 @@ while [[ $# -gt 0 ]]; do
   case $1 in
     --import) [[ $# -ge 2 ]] || usage; socket=$2; shift 2 ;;
     --import=*) socket=${1#--import=}; shift ;;
-    -h | --help) usage ;;
+    -h | --help) usage 0 ;;
     all) images+=("${ALL_IMAGES[@]}"); shift ;;
     -*) usage ;;
     *) [[ -f $IMAGES_DIR/$1/image.sh ]] || die "unknown image '$1' (known: ${ALL_IMAGES[*]})"
@@ -52,7 +52,7 @@ while [[ $# -gt 0 ]]; do
 done
 [[ ${#images[@]} -gt 0 ]] || usage
 [[ $(id -u) -eq 0 ]] || die "must run as root (debootstrap, chroot, numeric ownership)"
-[[ -z $socket ]] || command -v ctr >/dev/null || die "--import needs ctr"
+[[ -z $socket ]] || need ctr
 
 mkdir -p "$CACHE_DIR"
 # One build at a time per cache: concurrent runs wait instead of racing on the same files.

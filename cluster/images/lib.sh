@@ -2,8 +2,22 @@
 # Shared helpers for cluster/images/build.sh and the image scripts it sources.
 # Expects: IMAGES_DIR (this directory), CACHE_DIR (${OPENBLOX_CACHE}/images).
 
-log() { printf '[images] %s\n' "$*" >&2; }
+log() { printf '[images %3ds] %s\n' "$SECONDS" "$*" >&2; }
 die() { log "error: $*"; exit 1; }
+
+# need COMMAND... : fail early, naming the Debian package, when a tool is missing.
+need() {
+  local c
+  for c in "$@"; do
+    command -v "$c" >/dev/null && continue
+    case $c in
+      gcc) die "gcc not found (apt-get install gcc libc6-dev)" ;;
+      ctr) die "ctr not found (apt-get install containerd)" ;;
+      unshare) die "unshare not found (apt-get install util-linux)" ;;
+      *) die "$c not found (apt-get install $c)" ;;
+    esac
+  done
+}
 
 sha256_of_stdin() { sha256sum | cut -d' ' -f1; }
 
@@ -52,11 +66,19 @@ remove_tree() {
 
 # init_work_dir : create WORK_DIR under the cache (same filesystem as the results, so
 # finished files are renamed into place) and remove it, unmounting anything left below it,
-# when this shell exits for any reason. Call it in the main shell, not in a subshell.
+# when this shell exits for any reason. Call it in the main shell, not in a subshell, and
+# with the cache lock held: any other work directory then belongs to a run that was killed
+# (SIGKILL runs no trap) and is removed, mounts first.
 WORK_DIR=
 _cleanup_work_dir() { [[ -z $WORK_DIR ]] || remove_tree "$WORK_DIR"; }
 init_work_dir() {
+  local stale
   mkdir -p "$CACHE_DIR/work"
+  for stale in "$CACHE_DIR"/work/build.*; do
+    [[ -d $stale ]] || continue
+    log "removing $stale, left by a build that was killed"
+    remove_tree "$stale"
+  done
   WORK_DIR=$(mktemp -d "$CACHE_DIR/work/build.XXXXXX")
   trap _cleanup_work_dir EXIT
   trap 'exit 130' INT
@@ -94,15 +116,29 @@ run_in_chroot() {
     HOME=/root LANG=C.UTF-8 DEBIAN_FRONTEND=noninteractive "${envs[@]}" "$@"
 }
 
-# apt_install ROOT PACKAGE... : install packages (no recommends) from the root's sources.
+# chroot_logged ROOT WHAT SCRIPT [ARG...] : run the sh SCRIPT in ROOT (see run_in_chroot)
+# with its output in a log file that is shown only if it fails.
+chroot_logged() {
+  local root=$1 what=$2 script=$3; shift 3
+  local logf=$WORK_DIR/$what.log
+  if ! run_in_chroot "$root" -- /bin/sh -ec "$script" "$what" "$@" >"$logf" 2>&1; then
+    tail -n 40 "$logf" >&2
+    die "$what failed (in chroot)"
+  fi
+}
+
+# apt_install ROOT PACKAGE... : install packages (no recommends) from the root's sources,
+# leaving no package lists or downloaded .debs behind.
 apt_install() {
   local root=$1; shift
   [[ $# -gt 0 ]] || return 0
   log "apt-get install $*"
-  run_in_chroot "$root" -- /bin/sh -ec '
-    apt-get -q update >/dev/null
-    apt-get -q -y --no-install-recommends install "$@" >/dev/null
-  ' apt_install "$@"
+  chroot_logged "$root" apt-install '
+    apt-get -q update
+    apt-get -q -y --no-install-recommends install "$@"
+    apt-get clean
+    rm -rf /var/lib/apt/lists/*
+  ' "$@"
 }
 
 # add_user ROOT NAME UID GID HOME SHELL : append a user and its group to the root's
@@ -117,14 +153,15 @@ add_user() {
   printf '%s:!::\n' "$name" >>"$root/etc/gshadow"
 }
 
-# compile_python ROOT [GLOB...] : (re)compile the .py files under /usr/lib/python3* and
-# the directories matching GLOBs (relative to ROOT) to unchecked-hash .pyc files. The layer's fixed mtimes would make timestamp-based .pyc
-# files stale, and a read-only root cannot rewrite them, so Python would recompile every
-# module on every start. Hash-based .pyc files do not depend on mtimes.
+# compile_python ROOT GLOB... : (re)compile the .py files under the directories matching
+# GLOBs (relative to ROOT) to unchecked-hash .pyc files, with the root's own python3. The
+# layer's fixed mtimes would make timestamp-based .pyc files stale, and a read-only root
+# cannot rewrite them, so Python would recompile every module it imports on every start.
+# Hash-based .pyc files do not depend on mtimes.
 compile_python() {
   local root=$1 pat d; shift
   local -a dirs=()
-  for pat in 'usr/lib/python3*' "$@"; do
+  for pat in "$@"; do
     while IFS= read -r d; do dirs+=("/${d#"$root"/}"); done < <(compgen -G "$root/$pat")
   done
   run_in_chroot "$root" -- /usr/bin/python3 -m compileall -q -f -j 1 \

@@ -218,8 +218,14 @@ def _normalise(info: tarfile.TarInfo, mtime: int) -> tarfile.TarInfo:
     return info
 
 
-def write_layer(root: Path, out: IO[bytes], *, compression: Compression = "gzip",
-                mtime: int = 0, gzip_level: int = 6) -> Layer:
+def write_layer(
+    root: Path,
+    out: IO[bytes],
+    *,
+    compression: Compression = "gzip",
+    mtime: int = 0,
+    gzip_level: int = 6,
+) -> Layer:
     """Write root as one deterministic layer tar to out; return its descriptor."""
     if not root.is_dir():
         raise OCIError(f"{root}: not a directory")
@@ -227,18 +233,23 @@ def write_layer(root: Path, out: IO[bytes], *, compression: Compression = "gzip"
     gz: gzip.GzipFile | None = None
     sink: _Sink = blob
     if compression == "gzip":
-        gz = gzip.GzipFile(filename="", mode="wb", fileobj=blob, mtime=0,
-                           compresslevel=gzip_level)
+        gz = gzip.GzipFile(filename="", mode="wb", fileobj=blob, mtime=0, compresslevel=gzip_level)
         sink = gz
     plain = _HashingWriter(sink)
     entries = 0
-    with tarfile.open(fileobj=plain, mode="w|", format=tarfile.PAX_FORMAT,
-                      encoding="utf-8", errors="surrogateescape") as tar:
+    with tarfile.open(
+        fileobj=plain,
+        mode="w|",
+        format=tarfile.PAX_FORMAT,
+        encoding="utf-8",
+        errors="surrogateescape",
+    ) as tar:
         for rel in iter_tree(root):
             path = root / rel
             st = path.lstat()
-            if not (stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode)
-                    or stat.S_ISLNK(st.st_mode)):
+            if not (
+                stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode) or stat.S_ISLNK(st.st_mode)
+            ):
                 continue  # device nodes, FIFOs, sockets: the runtime provides /dev
             info = tar.gettarinfo(str(path), arcname=rel)
             _normalise(info, mtime)
@@ -275,8 +286,10 @@ def split_ref(ref: str) -> tuple[str, str]:
 def _pack_layout(layout: Path, archive: Path, mtime: int) -> None:
     """Pack the layout directory into a deterministic tar at archive (atomically)."""
     partial = archive.with_name(archive.name + ".partial")
-    with partial.open("wb") as f, tarfile.open(fileobj=f, mode="w",
-                                                 format=tarfile.PAX_FORMAT) as tar:
+    with (
+        partial.open("wb") as f,
+        tarfile.open(fileobj=f, mode="w", format=tarfile.PAX_FORMAT) as tar,
+    ):
         for rel in iter_tree(layout):
             info = tar.gettarinfo(str(layout / rel), arcname=rel)
             _normalise(info, mtime)
@@ -290,9 +303,18 @@ def _pack_layout(layout: Path, archive: Path, mtime: int) -> None:
     partial.replace(archive)
 
 
-def build_image(root: Path, archive: Path, *, config: ImageConfig, ref: str | None = None,
-                name: str | None = None, compression: Compression = "gzip",
-                mtime: int = 0, arch: str | None = None, gzip_level: int = 6) -> BuiltImage:
+def build_image(
+    root: Path,
+    archive: Path,
+    *,
+    config: ImageConfig,
+    ref: str | None = None,
+    name: str | None = None,
+    compression: Compression = "gzip",
+    mtime: int = 0,
+    arch: str | None = None,
+    gzip_level: int = 6,
+) -> BuiltImage:
     """Build an OCI archive of root at archive, named ref, or name:<short digest>."""
     if (ref is None) == (name is None):
         raise OCIError("give exactly one of ref and name")
@@ -308,8 +330,9 @@ def build_image(root: Path, archive: Path, *, config: ImageConfig, ref: str | No
         blobs.mkdir(parents=True)
         staging = layout / "layer.partial"
         with staging.open("wb") as f:
-            layer = write_layer(root, f, compression=compression, mtime=mtime,
-                                gzip_level=gzip_level)
+            layer = write_layer(
+                root, f, compression=compression, mtime=mtime, gzip_level=gzip_level
+            )
         staging.rename(blobs / layer.descriptor.digest.removeprefix("sha256:"))
 
         created = _rfc3339(mtime)
@@ -336,28 +359,38 @@ def build_image(root: Path, archive: Path, *, config: ImageConfig, ref: str | No
         index_doc = {
             "schemaVersion": 2,
             "mediaType": MEDIA_INDEX,
-            "manifests": [{
-                **manifest_desc.to_json(),
-                "platform": {"architecture": architecture, "os": "linux"},
-                "annotations": {
-                    ANNOTATION_CONTAINERD_NAME: ref,
-                    ANNOTATION_REF_NAME: tag,
-                    ANNOTATION_CREATED: created,
-                },
-            }],
+            "manifests": [
+                {
+                    **manifest_desc.to_json(),
+                    "platform": {"architecture": architecture, "os": "linux"},
+                    "annotations": {
+                        ANNOTATION_CONTAINERD_NAME: ref,
+                        ANNOTATION_REF_NAME: tag,
+                        ANNOTATION_CREATED: created,
+                    },
+                }
+            ],
         }
         (layout / "index.json").write_bytes(canonical_json(index_doc))
         (layout / "oci-layout").write_bytes(canonical_json({"imageLayoutVersion": "1.0.0"}))
         _pack_layout(layout, archive, mtime)
-    return BuiltImage(ref=ref, archive=archive, manifest=manifest_desc, config=config_desc,
-                      layer=layer.descriptor, diff_id=layer.diff_id, entries=layer.entries,
-                      uncompressed_size=layer.uncompressed_size)
+    return BuiltImage(
+        ref=ref,
+        archive=archive,
+        manifest=manifest_desc,
+        config=config_desc,
+        layer=layer.descriptor,
+        diff_id=layer.diff_id,
+        entries=layer.entries,
+        uncompressed_size=layer.uncompressed_size,
+    )
 
 
 def inspect_archive(archive: Path) -> dict[str, Any]:
     """The reference, manifest digest and config of the (first) image in an archive."""
     try:
         with tarfile.open(archive, "r:") as tar:
+
             def read(name: str) -> Any:
                 member = tar.extractfile(name)
                 if member is None:
@@ -411,14 +444,16 @@ def _parser() -> argparse.ArgumentParser:
     b.add_argument("--user", default="", help="e.g. 1000:1000")
     b.add_argument("--env", action="append", default=[], metavar="KEY=VALUE")
     b.add_argument("--workdir", default="")
-    b.add_argument("--label", action="append", default=[], type=_key_value,
-                   metavar="KEY=VALUE")
+    b.add_argument("--label", action="append", default=[], type=_key_value, metavar="KEY=VALUE")
     b.add_argument("--stop-signal", default="")
     b.add_argument("--compression", choices=["gzip", "none"], default="gzip")
     b.add_argument("--gzip-level", type=int, default=6, choices=range(1, 10))
-    b.add_argument("--mtime", type=int,
-                   default=int(os.environ.get("SOURCE_DATE_EPOCH", "0") or 0),
-                   help="mtime of every entry (default: $SOURCE_DATE_EPOCH or 0)")
+    b.add_argument(
+        "--mtime",
+        type=int,
+        default=int(os.environ.get("SOURCE_DATE_EPOCH", "0") or 0),
+        help="mtime of every entry (default: $SOURCE_DATE_EPOCH or 0)",
+    )
     b.add_argument("--arch", help="OCI architecture (default: this machine's)")
     b.add_argument("--metadata", type=Path, help="also write a JSON summary here")
     i = sub.add_parser("inspect", help="print an archive's reference, digest and config")
@@ -434,12 +469,26 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 0
         for item in args.env:
             _key_value(item)
-        config = ImageConfig(entrypoint=args.entrypoint, cmd=args.cmd, user=args.user,
-                             env=args.env, working_dir=args.workdir,
-                             labels=dict(args.label), stop_signal=args.stop_signal)
-        image = build_image(args.rootfs, args.output, config=config, ref=args.ref,
-                            name=args.name, compression=args.compression, mtime=args.mtime,
-                            arch=args.arch, gzip_level=args.gzip_level)
+        config = ImageConfig(
+            entrypoint=args.entrypoint,
+            cmd=args.cmd,
+            user=args.user,
+            env=args.env,
+            working_dir=args.workdir,
+            labels=dict(args.label),
+            stop_signal=args.stop_signal,
+        )
+        image = build_image(
+            args.rootfs,
+            args.output,
+            config=config,
+            ref=args.ref,
+            name=args.name,
+            compression=args.compression,
+            mtime=args.mtime,
+            arch=args.arch,
+            gzip_level=args.gzip_level,
+        )
         if args.metadata is not None:
             meta = image.to_json()
             args.metadata.write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")

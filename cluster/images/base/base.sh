@@ -18,6 +18,7 @@ base_key() {
 
 _base_debootstrap() {
   local root=$1 pkgs logf=$WORK_DIR/debootstrap.log
+  need debootstrap unshare chroot
   local -a keyring=()
   pkgs=$(package_list "$IMAGES_DIR/base/packages")
   [[ -f /usr/share/keyrings/debian-archive-keyring.gpg ]] &&
@@ -38,9 +39,9 @@ deb $DEBIAN_MIRROR $DEBIAN_SUITE-updates main
 deb $DEBIAN_SECURITY_MIRROR $DEBIAN_SUITE-security main
 SOURCES
   log "applying $DEBIAN_SUITE-updates and -security"
-  run_in_chroot "$root" -- /bin/sh -ec '
-    apt-get -q update >/dev/null
-    apt-get -q -y -o Dpkg::Options::=--force-confold upgrade >/dev/null
+  chroot_logged "$root" apt-upgrade '
+    apt-get -q update
+    apt-get -q -y -o Dpkg::Options::=--force-confold upgrade
     apt-get clean
   '
   strip_rootfs "$root"

@@ -2,7 +2,7 @@
 # openblox.local/operator:<digest> — the operator: the Debian base + python3-venv, a venv at
 # /opt/openblox with the project (REPO: pyproject.toml + operator/) installed, run as
 # 1000:1000 with entrypoint `/opt/openblox/bin/python -m openblox.controller` (the build
-# never imports it).
+# never imports it). The final venv has no pip or setuptools.
 #
 # Two cache levels: the venv with the project's dependencies (and build requirements) is
 # cached as a tarball keyed by the base, this file, operator/packages and pyproject.toml, so a
@@ -103,6 +103,8 @@ _operator_deps() {
   run_in_chroot "$root" -- /usr/bin/python3 -m venv /opt/openblox
   _pip_in_chroot "$root" /opt/openblox/bin/pip install -q "${reqs[@]}"
   rm -rf "$root/tmp/openblox-build"
+  log "operator: compiling the standard library and the dependencies"
+  compile_python "$root" 'usr/lib/python3*' 'opt/openblox/lib/python3*'
 }
 
 image_rootfs() {
@@ -114,12 +116,17 @@ image_rootfs() {
   (cd "$REPO" && _operator_sources | tar --null -T - -cf -) | tar -C "$root/tmp/openblox-src" -xf -
   run_in_chroot "$root" -- /opt/openblox/bin/pip install -q --no-deps --no-build-isolation \
     --no-index --no-compile /tmp/openblox-src
-  run_in_chroot "$root" -- /opt/openblox/bin/pip check >/dev/null ||
-    die "operator: pip check failed"
+  # Then drop pip and setuptools (nothing may need them at run time: pip check proves it
+  # for setuptools before pip itself goes).
+  chroot_logged "$root" pip-cleanup '
+    /opt/openblox/bin/pip uninstall -q -y setuptools
+    /opt/openblox/bin/pip check
+    /opt/openblox/bin/python -m pip uninstall -q -y pip
+  '
   rm -rf "$root/tmp/openblox-src"
   add_user "$root" openblox 1000 1000 /nonexistent /usr/sbin/nologin
-  compile_python "$root" 'opt/openblox/lib/python3*'
-
+  # Only the project: the standard library and the dependencies were compiled in the stage.
+  compile_python "$root" 'opt/openblox/lib/python3*/site-packages/openblox'
   strip_rootfs "$root"
   install -d -m 1777 "$root/tmp"
 }

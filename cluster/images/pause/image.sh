@@ -6,6 +6,7 @@ IMAGE_TAG=3.10
 IMAGE_OCI_ARGS=(--entrypoint '["/pause"]' --user 65535:65535)
 
 image_key_inputs() {
+  need gcc
   echo "gcc $(gcc -dumpfullversion) $(gcc -dumpmachine)"
   echo "libc6-dev $(dpkg-query -W -f '${Version}' libc6-dev 2>/dev/null || echo none)"
 }

@@ -27,7 +27,7 @@ image_rootfs() {
   # shellcheck disable=SC2046
   apt_install "$root" $(package_list "$IMAGES_DIR/sandbox/packages" | tr , ' ')
   add_user "$root" sandbox 1000 1000 /workspace /bin/bash
-  compile_python "$root"
+  compile_python "$root" 'usr/lib/python3*'
   strip_rootfs "$root"
   install -d -m 0755 -o 1000 -g 1000 "$root/workspace" "$root/run/openblox"
   install -d -m 1777 "$root/tmp"
