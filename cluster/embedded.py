@@ -30,9 +30,12 @@ def kubectl(
 ) -> subprocess.CompletedProcess[str]:
     binary = NODE_BIN / "kubectl"
     command = [str(binary) if binary.exists() else "kubectl", "--kubeconfig", kubeconfig, *args]
-    return subprocess.run(
-        command, check=check, capture_output=True, text=True, timeout=timeout, input=stdin
+    result = subprocess.run(
+        command, check=False, capture_output=True, text=True, timeout=timeout, input=stdin
     )
+    if check and result.returncode != 0:
+        raise RuntimeError(f"kubectl {' '.join(args)} failed: {result.stderr.strip()}")
+    return result
 
 
 def reachable(kubeconfig: str) -> bool:

@@ -121,5 +121,6 @@ def test_printer_columns() -> None:
     assert list(columns) == ["Profile", "Ready", "Reason", "Boundary", "Expires", "Age"]
     assert columns["Ready"]["jsonPath"] == '.status.conditions[?(@.type=="Ready")].status'
     assert columns["Reason"]["jsonPath"] == '.status.conditions[?(@.type=="Ready")].reason'
-    assert columns["Expires"]["type"] == "date"
+    # A string: kubectl renders a future date column as <invalid>.
+    assert columns["Expires"]["type"] == "string"
     assert columns["Age"]["jsonPath"] == ".metadata.creationTimestamp"

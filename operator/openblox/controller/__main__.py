@@ -9,6 +9,20 @@ import kopf
 from prometheus_client import start_http_server
 
 import openblox.controller.handlers  # noqa: F401  (registers the handlers)
+from openblox.controller.kube import Kube, is_conflict
+
+PEERING_NAME = "openblox-operator"
+
+
+def ensure_peering_object(name: str) -> None:
+    """kopf needs its peering object to exist; replicas meet there."""
+    body = {"apiVersion": "kopf.dev/v1", "kind": "ClusterKopfPeering", "metadata": {"name": name}}
+    try:
+        Kube.connect().custom.create_cluster_custom_object("kopf.dev", "v1",
+                                                           "clusterkopfpeerings", body)
+    except Exception as error:
+        if not is_conflict(error):
+            raise
 
 
 def main() -> None:
@@ -25,6 +39,9 @@ def main() -> None:
         level=logging.DEBUG if args.verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    # kopf logs every handler success at INFO; a reconcile per watch event makes that noise.
+    logging.getLogger("kopf.objects").setLevel(logging.WARNING)
+    logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
     start_http_server(args.metrics_port)
     kopf.run(
         clusterwide=True,

@@ -21,7 +21,6 @@ log = logging.getLogger(__name__)
 
 @kopf.on.startup()
 def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
-    settings.peering.name = "openblox-operator"
     settings.peering.clusterwide = True
     settings.peering.mandatory = True
     # Distinct priorities make exactly one replica active; equal ones would all act.
