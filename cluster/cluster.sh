@@ -22,6 +22,7 @@ BIN=$ROOT/bin
 CONTAINERD_SOCK=$RUN/containerd/containerd.sock
 KUBELET_ROOT=$ROOT/kubelet
 KUBECONFIG_ADMIN=$STATE/admin.kubeconfig
+export PATH=$BIN:$PATH
 PYTHON=${PYTHON:-python3}
 NODE_NAME=$(hostname | tr '[:upper:]' '[:lower:]')
 SERVICE_CIDR=10.96.0.0/16
@@ -40,7 +41,7 @@ default_ip() { ip -4 route show default | sed -n 's/.* dev \([^ ]*\).*/\1/p' | h
 # ---------------------------------------------------------------- prerequisites
 
 # Each line: a command `up` needs, and the Debian package that provides it.
-PREREQS="containerd:containerd runc:runc runsc:runsc iptables:iptables ipset:ipset
+PREREQS="runc:runc iptables:iptables ipset:ipset
 conntrack:conntrack ip:iproute2 debootstrap:debootstrap mount:mount nsenter:util-linux
 socat:socat curl:curl"
 
@@ -68,7 +69,9 @@ check_prereqs() {
   fi
   local built
   for built in "$CACHE/kubernetes-$KUBERNETES_VERSION/kubelet" "$CACHE/etcd-$ETCD_VERSION/server" \
-    "$CACHE/kube-router-$KUBE_ROUTER_VERSION/kube-router" "$CACHE/crictl-$CRI_TOOLS_VERSION/crictl"; do
+    "$CACHE/kube-router-$KUBE_ROUTER_VERSION/kube-router" "$CACHE/crictl-$CRI_TOOLS_VERSION/crictl" \
+    "$CACHE/containerd-$CONTAINERD_VERSION/containerd" \
+    "$CACHE/gvisor-$GVISOR_VERSION/runsc" "$CACHE/gvisor-$GVISOR_VERSION/containerd-shim-runsc-v1"; do
     [[ -x $built ]] || die "not built yet: $built; run: $0 install"
   done
 }
@@ -136,38 +139,17 @@ link_binaries() {
     ln -sfn "$k/$b" "$BIN/$b"
   done
   ln -sfn "$CACHE/etcd-$ETCD_VERSION/server" "$BIN/etcd"
+  for b in containerd containerd-shim-runc-v2 ctr; do
+    ln -sfn "$CACHE/containerd-$CONTAINERD_VERSION/$b" "$BIN/$b"
+  done
   ln -sfn "$CACHE/kube-router-$KUBE_ROUTER_VERSION/kube-router" "$BIN/kube-router"
   ln -sfn "$CACHE/crictl-$CRI_TOOLS_VERSION/crictl" "$BIN/crictl"
-  # gVisor: the newer build from the Go module proxy when it built (systrap platform),
-  # else Debian's 2022 runsc (ptrace only). Both run through the runc v2 shim: gVisor's
-  # own shim insists on an oom_score_adj of -999, which root here may not set (no
-  # CAP_SYS_RESOURCE); see docs/runtimes.md.
+  # gVisor built from the Go module proxy (runsc, systrap platform, and its containerd
+  # shim). Debian's 2022 runsc has no shim and, run through the runc shim, containers
+  # cannot be stopped; see docs/runtimes.md.
   local gvisor=$CACHE/gvisor-$GVISOR_VERSION
-  if [[ -x $gvisor/runsc ]]; then
-    ln -sfn "$gvisor/runsc" "$BIN/runsc"
-  else
-    ln -sfn "$(command -v runsc)" "$BIN/runsc"
-  fi
-  # The handler runs this in place of runc, so it can only ever start gVisor with external
-  # networking off: the sandbox sees loopback alone.
-  # The shim reads `start`'s output to its end, but runsc leaves a gofer holding that pipe
-  # open: for `start` alone, the output goes through a file. (`create` and `exec` must keep
-  # their stdio: the container's own streams are passed through them.)
-  cat >"$BIN/runsc-nonet" <<EOF
-#!/bin/sh
-set -- --network=none ${OPENBLOX_RUNSC_DEBUG:+--debug --debug-log=$STATE/logs/runsc/} "\$@"
-case " \$* " in
-  *" start "*)
-    out=\$(mktemp -p $RUN runsc-start.XXXXXX)
-    $BIN/runsc "\$@" >"\$out" 2>&1
-    status=\$?
-    cat "\$out"
-    rm -f "\$out"
-    exit \$status ;;
-esac
-exec $BIN/runsc "\$@"
-EOF
-  chmod 0755 "$BIN/runsc-nonet"
+  ln -sfn "$gvisor/runsc" "$BIN/runsc"
+  ln -sfn "$gvisor/containerd-shim-runsc-v1" "$BIN/containerd-shim-runsc-v1"
 }
 
 
@@ -199,15 +181,24 @@ state = "$RUN/containerd"
       runtime_type = "io.containerd.runc.v2"
       [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
         SystemdCgroup = false
+    # The runsc handler: gVisor's shim, whose runsc always runs with networking off.
     [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runsc]
-      runtime_type = "io.containerd.runc.v2"
+      runtime_type = "io.containerd.runsc.v1"
       [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runsc.options]
-        BinaryName = "$BIN/runsc-nonet"
-        Root = "$RUN/runsc"
-        SystemdCgroup = false
+        TypeUrl = "io.containerd.runsc.v1.options"
+        ConfigPath = "$conf/runsc.toml"
   [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = "/usr/lib/cni"
     conf_dir = "$conf/cni"
+EOF
+  write_if_changed "$conf/runsc.toml" <<EOF
+binary_name = "$BIN/runsc"
+root = "$RUN/runsc"
+[runsc_config]
+  network = "none"
+  platform = "systrap"
+  ${OPENBLOX_RUNSC_DEBUG:+debug = "true"}
+  ${OPENBLOX_RUNSC_DEBUG:+debug-log = "$STATE/logs/runsc/"}
 EOF
   write_if_changed "$conf/cni/10-openblox.conflist" <<EOF
 {
@@ -270,6 +261,7 @@ clean_leftovers() {
   local name
   for name in "${COMPONENTS[@]}"; do running "$name" || rm -f "$(pidfile "$name")"; done
   pkill -f "containerd-shim-runc-v2 .*-address $CONTAINERD_SOCK" 2>/dev/null || true
+  pkill -f "containerd-shim-runsc-v1 .*-address $CONTAINERD_SOCK" 2>/dev/null || true
   pkill -f "$BIN/runsc" 2>/dev/null || true
   pkill -f "runsc-sandbox .*--root=$RUN/runsc" 2>/dev/null || true
   local mounts
@@ -362,7 +354,8 @@ cmd_up() {
     net.bridge.bridge-nf-call-ip6tables=1
   local pki=$STATE/pki
 
-  start containerd containerd --config "$STATE/config/containerd.toml"
+  # containerd finds runtime shims on its PATH.
+  start containerd env PATH="$BIN:$PATH" "$BIN/containerd" --config "$STATE/config/containerd.toml"
   wait_for containerd 30 "$BIN/crictl" --runtime-endpoint "unix://$CONTAINERD_SOCK" info
 
   start etcd "$BIN/etcd" --name openblox --data-dir "$STATE/etcd" \

@@ -27,9 +27,9 @@ PYTHON=${PYTHON:-python3}
 ALL_IMAGES=(pause sandbox operator)
 KEEP=3 # archives kept per image (most recently used first)
 
-# shellcheck source=lib.sh
+# shellcheck source-path=SCRIPTDIR source=lib.sh
 source "$IMAGES_DIR/lib.sh"
-# shellcheck source=base/base.sh
+# shellcheck source-path=SCRIPTDIR source=base/base.sh
 source "$IMAGES_DIR/base/base.sh"
 
 usage() {

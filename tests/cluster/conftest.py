@@ -24,6 +24,13 @@ def kube() -> Kube:
     return Kube(embedded.ensure_cluster())
 
 
+@pytest.fixture(scope="session")
+def operator(kube: Kube) -> Kube:
+    """The operator installed from manifests/ (`kubectl apply -k`), running the tree's image."""
+    embedded.install_operator(kube.kubeconfig)
+    return kube
+
+
 @pytest.fixture
 def namespace(kube: Kube, request: pytest.FixtureRequest) -> Iterator[str]:
     name = f"t-{request.node.name[:30].lower().replace('_', '-').strip('-')}-{uuid.uuid4().hex[:6]}"

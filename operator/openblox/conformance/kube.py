@@ -1,0 +1,268 @@
+"""The suite's own, small view of the Kubernetes API: namespaces, pods, raw exec, impersonation.
+
+The suite talks to the API server as whoever runs it (a kubeconfig, or the Job's
+ServiceAccount) and, for the control-plane tier, as a second identity through
+impersonation. Raw exec here is plain `pods/exec` with no supervisor: it is how the suite
+drives its canaries and how the bare-runc adapter runs commands.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import json
+import os
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from kubernetes import client as k8s
+from kubernetes import config as k8s_config
+from kubernetes.client.exceptions import ApiException
+
+from openblox.client.errors import ExecTransportError
+from openblox.client.exec_stream import (
+    ERROR,
+    STDERR,
+    STDOUT,
+    Connection,
+    ExecSocket,
+    exit_code_from_status,
+)
+from openblox.conformance.backend import ExecOutcome
+
+# The embedded cluster's kubeconfig: used when nothing else is configured.
+EMBEDDED_KUBECONFIG = Path("/var/lib/openblox/cluster/admin.kubeconfig")
+SUITE_LABEL = "openblox.sh/conformance-run"
+PART_OF = {"app.kubernetes.io/part-of": "openblox-conformance"}
+RAW_OUTPUT_CAP = 16 << 20
+
+
+def load_configuration(kubeconfig: str | None = None) -> k8s.Configuration:
+    """In-cluster credentials inside a pod; else KUBECONFIG/~/.kube/config; else the
+    embedded cluster's admin kubeconfig."""
+    configuration = k8s.Configuration()
+    if kubeconfig is None and os.environ.get("KUBERNETES_SERVICE_HOST"):
+        with contextlib.suppress(k8s_config.ConfigException):
+            k8s_config.load_incluster_config(client_configuration=configuration)
+            return configuration
+    if (
+        kubeconfig is None
+        and not os.environ.get("KUBECONFIG")
+        and not Path("~/.kube/config").expanduser().exists()
+        and EMBEDDED_KUBECONFIG.exists()
+    ):
+        kubeconfig = str(EMBEDDED_KUBECONFIG)
+    k8s_config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
+    return configuration
+
+
+def status_of(error: BaseException) -> int | None:
+    return error.status if isinstance(error, ApiException) else None
+
+
+def message_of(error: BaseException) -> str:
+    """The API server's message for a refused request, else the exception text."""
+    if isinstance(error, ApiException):
+        try:
+            message = json.loads(error.body or "{}").get("message")
+        except ValueError:
+            message = None
+        return f"{error.status}: {message or error.reason}"
+    return f"{type(error).__name__}: {error}"
+
+
+class Kube:
+    """API access as one identity (``impersonate`` names a user to act as)."""
+
+    def __init__(
+        self, configuration: k8s.Configuration, *, impersonate: str | None = None
+    ) -> None:
+        self.configuration = configuration
+        self.impersonate = impersonate
+        self.api = k8s.ApiClient(configuration)
+        if impersonate:
+            self.api.set_default_header("Impersonate-User", impersonate)
+        self.core = k8s.CoreV1Api(self.api)
+        self.custom = k8s.CustomObjectsApi(self.api)
+        self.rbac = k8s.RbacAuthorizationV1Api(self.api)
+        self.discovery = k8s.DiscoveryV1Api(self.api)
+
+    @classmethod
+    def connect(cls, kubeconfig: str | None = None) -> Kube:
+        return cls(load_configuration(kubeconfig))
+
+    def as_user(self, user: str) -> Kube:
+        return Kube(copy.copy(self.configuration), impersonate=user)
+
+    def plain(self, obj: Any) -> dict[str, Any]:
+        result: dict[str, Any] = self.api.sanitize_for_serialization(obj)
+        return result
+
+    # ------------------------------------------------------------------ namespaces
+
+    def create_namespace(self, name: str, run_id: str, labels: Mapping[str, str]) -> None:
+        body = {
+            "metadata": {
+                "name": name,
+                "labels": {**PART_OF, SUITE_LABEL: run_id, **labels},
+            }
+        }
+        try:
+            self.core.create_namespace(body)
+        except ApiException as error:
+            if error.status != 409:
+                raise
+
+    def delete_namespace(self, name: str) -> None:
+        try:
+            self.core.delete_namespace(name, propagation_policy="Background")
+        except ApiException as error:
+            if error.status != 404:
+                raise
+
+    def leftover_namespaces(self) -> list[str]:
+        items = self.core.list_namespace(label_selector=SUITE_LABEL).items
+        return [item.metadata.name for item in items]
+
+    # ------------------------------------------------------------------ pods
+
+    def read_pod(self, namespace: str, name: str) -> dict[str, Any] | None:
+        try:
+            return self.plain(self.core.read_namespaced_pod(name, namespace))
+        except ApiException as error:
+            if error.status == 404:
+                return None
+            raise
+
+    def wait_pod(
+        self, namespace: str, name: str, timeout: float, *, ready: bool = True
+    ) -> dict[str, Any]:
+        """The pod once Running (and Ready); raises TimeoutError saying what it was doing."""
+        deadline = time.monotonic() + timeout
+        pod: dict[str, Any] | None = None
+        while time.monotonic() < deadline:
+            pod = self.read_pod(namespace, name)
+            status = (pod or {}).get("status") or {}
+            if status.get("phase") in ("Failed", "Succeeded"):
+                raise RuntimeError(f"pod {namespace}/{name} ended: {_pod_summary(pod)}")
+            if status.get("phase") == "Running" and (not ready or _pod_ready(status)):
+                assert pod is not None
+                return pod
+            time.sleep(0.5)
+        raise TimeoutError(
+            f"pod {namespace}/{name} not running after {timeout:.0f}s: {_pod_summary(pod)}"
+        )
+
+    def node(self, name: str) -> dict[str, Any] | None:
+        try:
+            return self.plain(self.core.read_node(name))
+        except ApiException as error:
+            if error.status in (403, 404):
+                return None
+            raise
+
+    # ------------------------------------------------------------------ exec
+
+    def connection(self) -> Connection:
+        connection = Connection.from_configuration(self.configuration)
+        if self.impersonate:
+            headers = (*connection.headers, f"Impersonate-User: {self.impersonate}")
+            connection = Connection(connection.host, headers, connection.sslopt)
+        return connection
+
+    def exec(
+        self,
+        namespace: str,
+        pod: str,
+        container: str,
+        argv: Sequence[str],
+        *,
+        stdin: bytes | None = None,
+        timeout: float = 30.0,
+        output_cap: int = RAW_OUTPUT_CAP,
+    ) -> ExecOutcome:
+        """Plain pods/exec: no supervisor, no tree kill. On timeout the stream is closed
+        and whatever the command started keeps running."""
+        started = time.monotonic()
+        try:
+            socket = ExecSocket(
+                self.connection(),
+                namespace,
+                pod,
+                container,
+                argv,
+                stdin=stdin is not None,
+                timeout=min(30.0, timeout),
+            )
+        except ExecTransportError as error:
+            return ExecOutcome(b"", b"", None, duration=time.monotonic() - started, error=str(error))
+        if stdin is not None:
+            threading.Thread(target=_send, args=(socket, stdin), daemon=True).start()
+        out, err, status = bytearray(), bytearray(), b""
+        received = 0
+        timed_out = False
+        error_text: str | None = None
+        try:
+            for frame in socket.frames(started + timeout):
+                if frame.channel in (STDOUT, STDERR):
+                    received += len(frame.data)
+                    target = out if frame.channel == STDOUT else err
+                    room = output_cap - len(target)
+                    if room > 0:
+                        target += frame.data[:room]
+                elif frame.channel == ERROR:
+                    status = frame.data
+        except TimeoutError:
+            timed_out = True
+        except ExecTransportError as error:
+            error_text = str(error)
+        finally:
+            socket.close()
+        code = exit_code_from_status(status) if status else None
+        if code is None and not timed_out and error_text is None and status:
+            error_text = f"exec ended with {status.decode('utf-8', 'replace')[:300]}"
+        return ExecOutcome(
+            bytes(out),
+            bytes(err),
+            code,
+            timed_out=timed_out,
+            truncated=received > len(out) + len(err),
+            duration=time.monotonic() - started,
+            error=error_text,
+        )
+
+
+def _send(socket: ExecSocket, data: bytes) -> None:
+    with contextlib.suppress(Exception):
+        socket.send_stdin(data)
+        socket.close_stdin()
+
+
+def _pod_ready(status: Mapping[str, Any]) -> bool:
+    return any(
+        c.get("type") == "Ready" and c.get("status") == "True"
+        for c in status.get("conditions") or []
+    )
+
+
+def _pod_summary(pod: Mapping[str, Any] | None) -> str:
+    if pod is None:
+        return "no such pod"
+    status = pod.get("status") or {}
+    parts = [str(status.get("phase"))]
+    for condition in status.get("conditions") or []:
+        if condition.get("status") != "True" and condition.get("message"):
+            parts.append(f"{condition.get('type')}: {condition.get('message')}")
+    for container in status.get("containerStatuses") or []:
+        state = container.get("state") or {}
+        for key in ("waiting", "terminated"):
+            if state.get(key):
+                detail = state[key]
+                parts.append(
+                    f"{container.get('name')} {key} {detail.get('reason')} "
+                    f"{detail.get('message') or ''}".strip()
+                )
+    return "; ".join(parts)

@@ -1,0 +1,95 @@
+"""Helpers for tests that drive Sandboxes with kubectl, as a user or GitOps tool would."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import yaml
+
+from tests.cluster.kube import Kube
+
+OPERATOR_SA = "system:serviceaccount:openblox-system:openblox-operator"
+PROFILES = ("configmap", "openblox-profiles", "openblox-system")
+
+
+def sandbox(name: str, namespace: str, profile: str = "code-exec", **spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "openblox.sh/v1alpha1",
+        "kind": "Sandbox",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"profile": profile, **spec},
+    }
+
+
+def opt_in(kube: Kube, namespace: str) -> None:
+    kube.kubectl("label", "namespace", namespace, "openblox.sh/sandboxes=enabled", "--overwrite")
+
+
+def ready_condition(body: dict[str, Any]) -> dict[str, Any]:
+    for condition in (body.get("status") or {}).get("conditions") or []:
+        if condition["type"] == "Ready":
+            return dict(condition)
+    return {}
+
+
+def wait_for(what: str, probe: Callable[[], Any], timeout: float = 120, every: float = 0.5) -> Any:
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        last = probe()
+        if last:
+            return last
+        time.sleep(every)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}; last seen: {last!r}")
+
+
+def get_sandbox(kube: Kube, name: str, namespace: str) -> dict[str, Any] | None:
+    result = kube.kubectl("get", "sandbox", name, "-n", namespace, "-o", "json", check=False)
+    return json.loads(result.stdout) if result.returncode == 0 else None
+
+
+def wait_reason(kube: Kube, name: str, namespace: str, reason: str,
+                timeout: float = 120) -> dict[str, Any]:
+    def probe() -> dict[str, Any] | None:
+        body = get_sandbox(kube, name, namespace)
+        return body if body and ready_condition(body).get("reason") == reason else None
+
+    result: dict[str, Any] = wait_for(f"sandbox {namespace}/{name} reason {reason}", probe, timeout)
+    return result
+
+
+def sandbox_pods(kube: Kube, namespace: str) -> list[dict[str, Any]]:
+    out = kube.kubectl("get", "pods", "-n", namespace, "-l", "openblox.sh/sandbox", "-o", "json")
+    items: list[dict[str, Any]] = json.loads(out.stdout)["items"]
+    return items
+
+
+@contextmanager
+def extra_profiles(kube: Kube, profiles: dict[str, str]) -> Iterator[None]:
+    """Add profile keys to the admins' ConfigMap for the duration, then remove them."""
+    patch = {"data": profiles}
+    kube.kubectl("patch", *PROFILES[:2], "-n", PROFILES[2], "--type=merge", "-p", json.dumps(patch))
+    try:
+        yield
+    finally:
+        removal = {"data": {key: None for key in profiles}}
+        kube.kubectl("patch", *PROFILES[:2], "-n", PROFILES[2], "--type=merge", "-p",
+                     json.dumps(removal))
+
+
+def profile_yaml(**fields: Any) -> str:
+    document = {"image": "openblox.local/sandbox:0.1.0", **fields}
+    return yaml.safe_dump(document)
+
+
+def admission_has(kube: Kube, *names: str) -> bool:
+    out = kube.kubectl("get", "configmap", "openblox-profile-admission", "-n", "openblox-system",
+                       "-o", "json", check=False)
+    if out.returncode != 0:
+        return False
+    data = json.loads(out.stdout).get("data") or {}
+    return all(name in data for name in names)

@@ -1,0 +1,321 @@
+"""The operator on the real cluster: a Sandbox becomes one hardened gVisor pod, bad input
+is refused with a clear message, and failures are recovered without duplicates."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+import pytest
+
+from tests.cluster.kube import Kube
+from tests.cluster.sandboxes import (
+    OPERATOR_SA,
+    admission_has,
+    extra_profiles,
+    get_sandbox,
+    opt_in,
+    profile_yaml,
+    ready_condition,
+    sandbox,
+    sandbox_pods,
+    wait_for,
+    wait_reason,
+)
+
+pytestmark = pytest.mark.cluster
+
+TINY = profile_yaml(resources={"cpu": "5m", "memory": "96Mi", "scratch": "16Mi"})
+
+
+@pytest.fixture
+def sandboxes_ns(operator: Kube, namespace: str) -> str:
+    opt_in(operator, namespace)
+    return namespace
+
+
+def test_a_sandbox_becomes_exactly_one_hardened_gvisor_pod(operator: Kube, sandboxes_ns: str) -> None:
+    operator.apply(sandbox("box", sandboxes_ns))
+    body = wait_reason(operator, "box", sandboxes_ns, "Ready")
+    status = body["status"]
+    assert status["boundary"] == "gvisor"
+    assert status["runtimeClassName"] == "gvisor"
+    assert status["observedGeneration"] == body["metadata"]["generation"]
+    assert {c["type"] for c in status["conditions"]} == {
+        "Ready", "ProfileResolved", "RuntimeAvailable", "PodReady"}
+
+    pods = sandbox_pods(operator, sandboxes_ns)
+    assert len(pods) == 1
+    pod = pods[0]
+    assert pod["metadata"]["name"] == "box"
+    owner = pod["metadata"]["ownerReferences"][0]
+    assert (owner["kind"], owner["uid"], owner["controller"]) == (
+        "Sandbox", body["metadata"]["uid"], True)
+    spec = pod["spec"]
+    assert spec["runtimeClassName"] == "gvisor"
+    assert spec["automountServiceAccountToken"] is False
+    assert spec["enableServiceLinks"] is False
+    container = spec["containers"][0]
+    security = container["securityContext"]
+    assert security["readOnlyRootFilesystem"] is True
+    assert security["allowPrivilegeEscalation"] is False
+    assert security["capabilities"]["drop"] == ["ALL"]
+    assert container["resources"]["limits"] == container["resources"]["requests"]
+
+    # Pod Security `restricted` is enforced on the namespace, and the pod passed it.
+    labels = operator.get("namespace", sandboxes_ns)["metadata"]["labels"]
+    assert labels["pod-security.kubernetes.io/enforce"] == "restricted"
+    # The default-deny policy exists and selects sandbox pods.
+    policy = operator.get("networkpolicy", "openblox-default-deny", sandboxes_ns)
+    assert sorted(policy["spec"]["policyTypes"]) == ["Egress", "Ingress"]
+
+
+def test_printer_columns_and_explain(operator: Kube, sandboxes_ns: str) -> None:
+    operator.apply(sandbox("cols", sandboxes_ns))
+    wait_reason(operator, "cols", sandboxes_ns, "Ready")
+    table = operator.kubectl("get", "sbx", "cols", "-n", sandboxes_ns).stdout
+    header, row = table.splitlines()[:2]
+    assert header.split() == ["NAME", "PROFILE", "READY", "REASON", "BOUNDARY", "EXPIRES", "AGE"]
+    assert row.split()[1:5] == ["code-exec", "True", "Ready", "gvisor"]
+    explained = operator.kubectl("explain", "sandbox.spec").stdout
+    for field in ("profile", "idleTimeoutSeconds", "maxAgeSeconds"):
+        assert field in explained
+
+
+def test_unknown_profile_is_refused_at_apply_time(operator: Kube, sandboxes_ns: str) -> None:
+    result = operator.apply(sandbox("nope", sandboxes_ns, profile="no-such-profile"), check=False)
+    assert result.returncode != 0
+    assert 'profile "no-such-profile" does not exist' in result.stderr
+    assert "code-exec" in result.stderr  # the message names what is available
+    assert get_sandbox(operator, "nope", sandboxes_ns) is None
+
+
+def test_namespace_that_has_not_opted_in_is_refused(operator: Kube, namespace: str) -> None:
+    result = operator.apply(sandbox("x", namespace), check=False)
+    assert result.returncode != 0
+    assert "has not opted in to sandboxes" in result.stderr
+    assert "openblox.sh/sandboxes=enabled" in result.stderr
+
+
+@pytest.mark.parametrize("field", ["image", "runtimeClassName", "runAsUser", "capabilities"])
+def test_spec_fields_that_would_weaken_it_do_not_exist(operator: Kube, sandboxes_ns: str,
+                                                       field: str) -> None:
+    manifest = sandbox("weak", sandboxes_ns, **{field: "anything"})
+    result = operator.apply(manifest, "--validate=strict", check=False)
+    assert result.returncode != 0
+    assert f'unknown field "spec.{field}"' in result.stderr
+    assert get_sandbox(operator, "weak", sandboxes_ns) is None
+
+
+def test_profile_is_immutable(operator: Kube, sandboxes_ns: str) -> None:
+    operator.apply(sandbox("immut", sandboxes_ns))
+    result = operator.kubectl("patch", "sandbox", "immut", "-n", sandboxes_ns, "--type=merge",
+                              "-p", '{"spec":{"profile":"code-exec-kata"}}', check=False)
+    assert result.returncode != 0
+    assert "profile is immutable" in result.stderr
+    assert get_sandbox(operator, "immut", sandboxes_ns)["spec"]["profile"] == "code-exec"  # type: ignore[index]
+
+
+@pytest.mark.parametrize(("name", "message"), [
+    ("x" * 64, "at most 63 characters"),
+    ("has.dot", "DNS label"),
+])
+def test_invalid_names_are_refused(operator: Kube, sandboxes_ns: str, name: str,
+                                   message: str) -> None:
+    result = operator.apply(sandbox(name, sandboxes_ns), check=False)
+    assert result.returncode != 0
+    assert message in result.stderr
+
+
+def test_a_lifetime_longer_than_the_profile_allows_is_reported(operator: Kube,
+                                                               sandboxes_ns: str) -> None:
+    operator.apply(sandbox("long", sandboxes_ns, maxAgeSeconds=999_999))
+    body = wait_reason(operator, "long", sandboxes_ns, "LifetimeTooLong")
+    message = ready_condition(body)["message"]
+    assert "spec.maxAgeSeconds is 999999s" in message
+    assert "allows at most 3600s" in message
+    assert sandbox_pods(operator, sandboxes_ns) == []
+
+
+def test_ordinary_users_cannot_touch_profiles(operator: Kube) -> None:
+    as_user = ("--as=jane", "--as-group=system:authenticated")
+    for verb in (["get"], ["patch", "--type=merge", "-p", '{"data":{"x":"y"}}'], ["delete"]):
+        result = operator.kubectl(verb[0], "configmap", "openblox-profiles", "-n",
+                                  "openblox-system", *verb[1:], *as_user, check=False)
+        assert result.returncode != 0
+        assert "Forbidden" in result.stderr or "forbidden" in result.stderr
+
+
+def test_nobody_but_the_operator_makes_sandbox_pods(operator: Kube, sandboxes_ns: str) -> None:
+    """Even a cluster admin is refused: the policy checks the requester, not RBAC."""
+    pod = {
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "fake", "namespace": sandboxes_ns,
+                     "labels": {"openblox.sh/sandbox": "fake"}},
+        "spec": {"containers": [{"name": "c", "image": "openblox.local/sandbox:0.1.0"}]},
+    }
+    result = operator.apply(pod, check=False)
+    assert result.returncode != 0
+    assert "managed by the openblox operator only" in result.stderr
+
+
+def test_broken_profiles_are_refused_and_nothing_is_lost(operator: Kube, sandboxes_ns: str) -> None:
+    current = operator.get("configmap", "openblox-profiles", "openblox-system")["data"]
+    garbage = {
+        "bad-yaml": "image: [unclosed",
+        "bad-field": profile_yaml(imagePullPolicy="Always"),
+        "bad-root": profile_yaml(user=0),
+        "bad-runtime": profile_yaml(runtimeClassName="runc"),
+    }
+    with extra_profiles(operator, {**garbage, "code-exec": "this: is: not: a profile"}):
+        events = wait_for("ProfileRefused events", lambda: [
+            e for e in operator.events("openblox-system", "openblox-profiles")
+            if e["reason"] == "ProfileRefused"], timeout=30)
+        messages = " ".join(e["message"] for e in events)
+        assert 'profile "bad-root" is invalid' in messages
+        assert 'profile "bad-runtime" is invalid' in messages
+        assert "last good version stays in service" in messages
+        # The last good code-exec still serves new sandboxes.
+        operator.apply(sandbox("survivor", sandboxes_ns))
+        wait_reason(operator, "survivor", sandboxes_ns, "Ready")
+    operator.kubectl("patch", "configmap", "openblox-profiles", "-n", "openblox-system",
+                     "--type=merge", "-p", json.dumps({"data": {"code-exec": current["code-exec"]}}))
+
+
+def test_runtime_class_missing_fails_closed(operator: Kube, sandboxes_ns: str) -> None:
+    profile = profile_yaml(unsafe=True, runtimeClassName="no-such-runtimeclass")
+    with extra_profiles(operator, {"test-missing-rc": profile}):
+        wait_for("admission params", lambda: admission_has(operator, "test-missing-rc"), 30)
+        operator.apply(sandbox("norc", sandboxes_ns, profile="test-missing-rc"))
+        body = wait_reason(operator, "norc", sandboxes_ns, "RuntimeUnavailable")
+        assert 'RuntimeClass "no-such-runtimeclass" does not exist' in ready_condition(body)["message"]
+        assert sandbox_pods(operator, sandboxes_ns) == []
+        events = [e for e in operator.events(sandboxes_ns, "norc")
+                  if e["reason"] == "RuntimeUnavailable"]
+        assert events
+
+
+def test_handler_missing_on_the_node_fails_closed(operator: Kube, sandboxes_ns: str) -> None:
+    operator.apply({"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass",
+                    "metadata": {"name": "test-no-handler"}, "handler": "nonexistent"})
+    profile = profile_yaml(unsafe=True, runtimeClassName="test-no-handler")
+    try:
+        with extra_profiles(operator, {"test-no-handler": profile}):
+            wait_for("admission params", lambda: admission_has(operator, "test-no-handler"), 30)
+            operator.apply(sandbox("nohandler", sandboxes_ns, profile="test-no-handler"))
+            body = wait_reason(operator, "nohandler", sandboxes_ns, "RuntimeUnavailable", 90)
+            assert "could not start the pod's runtime" in ready_condition(body)["message"]
+            pod = operator.get("pod", "nohandler", sandboxes_ns)
+            assert pod["status"]["phase"] == "Pending"
+            assert not any(c.get("state", {}).get("running")
+                           for c in pod["status"].get("containerStatuses", []))
+    finally:
+        operator.kubectl("delete", "runtimeclass", "test-no-handler", check=False)
+
+
+def test_kata_profile_refuses_without_confirmed_policy_enforcement(operator: Kube,
+                                                                  sandboxes_ns: str) -> None:
+    operator.apply(sandbox("kata", sandboxes_ns, profile="code-exec-kata"))
+    body = wait_reason(operator, "kata", sandboxes_ns, "RuntimeUnavailable")
+    assert "NetworkPolicy enforcement" in ready_condition(body)["message"]
+    assert sandbox_pods(operator, sandboxes_ns) == []
+
+
+def test_a_pod_deleted_by_hand_is_recreated(operator: Kube, sandboxes_ns: str) -> None:
+    operator.apply(sandbox("phoenix", sandboxes_ns))
+    wait_reason(operator, "phoenix", sandboxes_ns, "Ready")
+    first = operator.get("pod", "phoenix", sandboxes_ns)["metadata"]["uid"]
+    operator.kubectl("delete", "pod", "phoenix", "-n", sandboxes_ns, f"--as={OPERATOR_SA}")
+
+    def replaced() -> bool:
+        pods = sandbox_pods(operator, sandboxes_ns)
+        return len(pods) == 1 and pods[0]["metadata"]["uid"] != first and \
+            pods[0]["status"].get("phase") == "Running"
+
+    wait_for("a new pod", replaced)
+    wait_reason(operator, "phoenix", sandboxes_ns, "Ready")
+
+
+def test_a_guest_that_kills_its_own_init_is_recovered(operator: Kube, sandboxes_ns: str) -> None:
+    operator.apply(sandbox("suicide", sandboxes_ns))
+    wait_reason(operator, "suicide", sandboxes_ns, "Ready")
+    first = operator.get("pod", "suicide", sandboxes_ns)["metadata"]["uid"]
+    operator.exec("suicide", sandboxes_ns, "kill", "-9", "1")
+
+    def recovered() -> bool:
+        pods = sandbox_pods(operator, sandboxes_ns)
+        body = get_sandbox(operator, "suicide", sandboxes_ns) or {}
+        return (len(pods) == 1 and pods[0]["metadata"]["uid"] != first
+                and ready_condition(body).get("reason") == "Ready")
+
+    wait_for("recovery with a new pod", recovered, timeout=120)
+    events = [e["reason"] for e in operator.events(sandboxes_ns, "suicide")]
+    assert "PodFailed" in events
+
+
+def test_max_age_reaps_the_sandbox(operator: Kube, sandboxes_ns: str) -> None:
+    operator.apply(sandbox("brief", sandboxes_ns, maxAgeSeconds=8))
+    wait_reason(operator, "brief", sandboxes_ns, "Ready")
+    wait_for("reaping", lambda: get_sandbox(operator, "brief", sandboxes_ns) is None, timeout=60)
+    reasons = [(e["reason"], e["message"]) for e in operator.events(sandboxes_ns, "brief")]
+    assert any(r == "Expired" and "maximum age" in m for r, m in reasons), reasons
+
+
+def test_idle_timeout_reaps_and_activity_postpones_it(operator: Kube, sandboxes_ns: str) -> None:
+    operator.apply(sandbox("idle", sandboxes_ns, idleTimeoutSeconds=10))
+    operator.apply(sandbox("busy", sandboxes_ns, idleTimeoutSeconds=10))
+    wait_reason(operator, "idle", sandboxes_ns, "Ready")
+    wait_reason(operator, "busy", sandboxes_ns, "Ready")
+    deadline = time.monotonic() + 40
+    while get_sandbox(operator, "idle", sandboxes_ns) is not None:
+        assert time.monotonic() < deadline, "idle sandbox was not reaped"
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        operator.kubectl("annotate", "--overwrite", "sandbox", "busy", "-n", sandboxes_ns,
+                         f"openblox.sh/last-activity={stamp}")
+        time.sleep(2)
+    assert get_sandbox(operator, "busy", sandboxes_ns) is not None
+    reasons = [e["message"] for e in operator.events(sandboxes_ns, "idle") if e["reason"] == "Expired"]
+    assert any("idle timeout" in m for m in reasons)
+
+
+def _all_ready_one_pod_each(kube: Kube, namespace: str, names: list[str]) -> bool:
+    listing = json.loads(kube.kubectl("get", "sandboxes", "-n", namespace, "-o", "json").stdout)
+    ready = {s["metadata"]["name"] for s in listing["items"]
+             if ready_condition(s).get("status") == "True"}
+    pods = sandbox_pods(kube, namespace)
+    owners = [p["metadata"]["ownerReferences"][0]["name"] for p in pods]
+    assert len(owners) == len(set(owners)), f"duplicate pods: {owners}"
+    return ready >= set(names) and len(pods) == len(names)
+
+
+def _many(namespace: str, count: int, prefix: str, profile: str) -> tuple[list[str], str]:
+    names = [f"{prefix}-{i:03d}" for i in range(count)]
+    manifests = [sandbox(name, namespace, profile=profile) for name in names]
+    return names, "\n---\n".join(json.dumps(m) for m in manifests)
+
+
+def test_a_hundred_sandboxes_at_once(operator: Kube, sandboxes_ns: str) -> None:
+    with extra_profiles(operator, {"test-tiny": TINY}):
+        wait_for("admission params", lambda: admission_has(operator, "test-tiny"), 30)
+        names, manifest = _many(sandboxes_ns, 100, "s", "test-tiny")
+        operator.kubectl("apply", "-f", "-", stdin=manifest, timeout=300)
+        wait_for("100 ready sandboxes",
+                 lambda: _all_ready_one_pod_each(operator, sandboxes_ns, names),
+                 timeout=600, every=3)
+        operator.kubectl("delete", "sandboxes", "--all", "-n", sandboxes_ns, "--wait=false")
+
+
+def test_operator_killed_mid_create_converges_without_duplicates(operator: Kube,
+                                                                 sandboxes_ns: str) -> None:
+    with extra_profiles(operator, {"test-tiny": TINY}):
+        wait_for("admission params", lambda: admission_has(operator, "test-tiny"), 30)
+        names, manifest = _many(sandboxes_ns, 15, "k", "test-tiny")
+        operator.kubectl("apply", "-f", "-", stdin=manifest)
+        operator.kubectl("delete", "pod", "-n", "openblox-system", "-l",
+                         "app.kubernetes.io/name=openblox-operator", "--wait=false")
+        wait_for("15 ready sandboxes after the restart",
+                 lambda: _all_ready_one_pod_each(operator, sandboxes_ns, names),
+                 timeout=300, every=2)
+        operator.kubectl("rollout", "status", "deployment/openblox-operator", "-n",
+                         "openblox-system", "--timeout=120s")
