@@ -52,8 +52,9 @@ def get_sandbox(kube: Kube, name: str, namespace: str) -> dict[str, Any] | None:
     return json.loads(result.stdout) if result.returncode == 0 else None
 
 
-def wait_reason(kube: Kube, name: str, namespace: str, reason: str,
-                timeout: float = 120) -> dict[str, Any]:
+def wait_reason(
+    kube: Kube, name: str, namespace: str, reason: str, timeout: float = 120
+) -> dict[str, Any]:
     def probe() -> dict[str, Any] | None:
         body = get_sandbox(kube, name, namespace)
         return body if body and ready_condition(body).get("reason") == reason else None
@@ -76,9 +77,10 @@ def extra_profiles(kube: Kube, profiles: dict[str, str]) -> Iterator[None]:
     try:
         yield
     finally:
-        removal = {"data": {key: None for key in profiles}}
-        kube.kubectl("patch", *PROFILES[:2], "-n", PROFILES[2], "--type=merge", "-p",
-                     json.dumps(removal))
+        removal = {"data": dict.fromkeys(profiles)}
+        kube.kubectl(
+            "patch", *PROFILES[:2], "-n", PROFILES[2], "--type=merge", "-p", json.dumps(removal)
+        )
 
 
 def profile_yaml(**fields: Any) -> str:
@@ -87,8 +89,16 @@ def profile_yaml(**fields: Any) -> str:
 
 
 def admission_has(kube: Kube, *names: str) -> bool:
-    out = kube.kubectl("get", "configmap", "openblox-profile-admission", "-n", "openblox-system",
-                       "-o", "json", check=False)
+    out = kube.kubectl(
+        "get",
+        "configmap",
+        "openblox-profile-admission",
+        "-n",
+        "openblox-system",
+        "-o",
+        "json",
+        check=False,
+    )
     if out.returncode != 0:
         return False
     data = json.loads(out.stdout).get("data") or {}

@@ -40,6 +40,21 @@ PART_OF = {"app.kubernetes.io/part-of": "openblox-conformance"}
 RAW_OUTPUT_CAP = 16 << 20
 
 
+def kubeconfig_path(kubeconfig: str | None) -> str | None:
+    """The kubeconfig to load: the one given; None when the standard lookup applies (in a
+    pod, KUBECONFIG, ~/.kube/config); else the embedded cluster's admin kubeconfig."""
+    if kubeconfig is not None:
+        return kubeconfig
+    if (
+        os.environ.get("KUBERNETES_SERVICE_HOST")
+        or os.environ.get("KUBECONFIG")
+        or Path("~/.kube/config").expanduser().exists()
+        or not EMBEDDED_KUBECONFIG.exists()
+    ):
+        return None
+    return str(EMBEDDED_KUBECONFIG)
+
+
 def load_configuration(kubeconfig: str | None = None) -> k8s.Configuration:
     """In-cluster credentials inside a pod; else KUBECONFIG/~/.kube/config; else the
     embedded cluster's admin kubeconfig."""
@@ -48,14 +63,9 @@ def load_configuration(kubeconfig: str | None = None) -> k8s.Configuration:
         with contextlib.suppress(k8s_config.ConfigException):
             k8s_config.load_incluster_config(client_configuration=configuration)
             return configuration
-    if (
-        kubeconfig is None
-        and not os.environ.get("KUBECONFIG")
-        and not Path("~/.kube/config").expanduser().exists()
-        and EMBEDDED_KUBECONFIG.exists()
-    ):
-        kubeconfig = str(EMBEDDED_KUBECONFIG)
-    k8s_config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
+    k8s_config.load_kube_config(
+        config_file=kubeconfig_path(kubeconfig), client_configuration=configuration
+    )
     return configuration
 
 
@@ -77,9 +87,7 @@ def message_of(error: BaseException) -> str:
 class Kube:
     """API access as one identity (``impersonate`` names a user to act as)."""
 
-    def __init__(
-        self, configuration: k8s.Configuration, *, impersonate: str | None = None
-    ) -> None:
+    def __init__(self, configuration: k8s.Configuration, *, impersonate: str | None = None) -> None:
         self.configuration = configuration
         self.impersonate = impersonate
         self.api = k8s.ApiClient(configuration)
@@ -198,7 +206,9 @@ class Kube:
                 timeout=min(30.0, timeout),
             )
         except ExecTransportError as error:
-            return ExecOutcome(b"", b"", None, duration=time.monotonic() - started, error=str(error))
+            return ExecOutcome(
+                b"", b"", None, duration=time.monotonic() - started, error=str(error)
+            )
         if stdin is not None:
             threading.Thread(target=_send, args=(socket, stdin), daemon=True).start()
         out, err, status = bytearray(), bytearray(), b""

@@ -4,25 +4,40 @@ from __future__ import annotations
 
 import argparse
 import logging
+import time
 
 import kopf
 from prometheus_client import start_http_server
 
 import openblox.controller.handlers  # noqa: F401  (registers the handlers)
-from openblox.controller.kube import Kube, is_conflict
+from openblox.controller.kube import Kube, is_not_found
 
 PEERING_NAME = "openblox-operator"
+PEERING_GROUP = "kopf.dev"
+PEERING_PLURAL = "clusterkopfpeerings"
 
 
-def ensure_peering_object(name: str) -> None:
-    """kopf needs its peering object to exist; replicas meet there."""
+def ensure_peering_object(name: str, timeout: float = 120.0) -> None:
+    """kopf needs its peering object to exist, or it never starts handling; replicas meet
+    there. Created here (the CRD may have been applied a moment ago, so keep trying) and
+    confirmed by reading it back."""
+    custom = Kube.connect().custom
     body = {"apiVersion": "kopf.dev/v1", "kind": "ClusterKopfPeering", "metadata": {"name": name}}
-    try:
-        Kube.connect().custom.create_cluster_custom_object("kopf.dev", "v1",
-                                                           "clusterkopfpeerings", body)
-    except Exception as error:
-        if not is_conflict(error):
-            raise
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            custom.get_cluster_custom_object(PEERING_GROUP, "v1", PEERING_PLURAL, name)
+            return
+        except Exception as error:
+            if not is_not_found(error) and time.monotonic() > deadline:
+                raise
+        try:
+            custom.create_cluster_custom_object(PEERING_GROUP, "v1", PEERING_PLURAL, body)
+        except Exception as error:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"could not create the peering object {name}") from error
+            logging.getLogger(__name__).info("peering object not created yet: %s", error)
+            time.sleep(2)
 
 
 def main() -> None:

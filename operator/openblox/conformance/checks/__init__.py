@@ -1,0 +1,14 @@
+"""The checks, one per property in the registry (properties.py); each returns a Verdict."""
+
+from openblox.conformance.checks import (  # noqa: F401  (importing registers the checks)
+    boundary,
+    control_plane,
+    filesystem,
+    identity,
+    lifetime,
+    network,
+    resources,
+)
+from openblox.conformance.checks.registry import CHECKS, Check
+
+__all__ = ["CHECKS", "Check"]

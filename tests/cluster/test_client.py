@@ -1,0 +1,221 @@
+"""openblox.Client on the real cluster: exec, files and failure modes, all via pods/exec."""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from openblox.client import (
+    AdmissionDenied,
+    AsyncClient,
+    Client,
+    FileOperationError,
+    InvalidArgument,
+    Sandbox,
+    SandboxGone,
+    SandboxNotReady,
+)
+from tests.cluster.kube import Kube
+from tests.cluster.sandboxes import opt_in
+
+pytestmark = pytest.mark.cluster
+
+
+@pytest.fixture(scope="module")
+def client_ns(operator: Kube) -> Iterator[str]:
+    name = f"t-client-{int(time.time())}"
+    operator.kubectl("create", "namespace", name)
+    opt_in(operator, name)
+    yield name
+    operator.kubectl("delete", "namespace", name, "--wait=false", check=False)
+
+
+@pytest.fixture(scope="module")
+def client(operator: Kube, client_ns: str) -> Client:
+    return Client(client_ns, kubeconfig=operator.kubeconfig)
+
+
+@pytest.fixture(scope="module")
+def box(client: Client) -> Iterator[Sandbox]:
+    sandbox = client.create("code-exec", "shared")
+    yield sandbox
+    sandbox.delete()
+
+
+def test_create_is_idempotent_and_returns_a_ready_sandbox(client: Client, box: Sandbox) -> None:
+    again = client.create("code-exec", "shared")
+    assert again.name == box.name
+    assert again.status["boundary"] == "gvisor"
+    assert [s.name for s in client.list()].count("shared") == 1
+
+
+def test_exec_returns_exact_bytes_and_exit_code(box: Sandbox) -> None:
+    result = box.exec(
+        [
+            "python3",
+            "-c",
+            "import sys; sys.stdout.buffer.write(bytes(range(256))*4); "
+            "sys.stderr.write('warn\\n'); sys.exit(3)",
+        ]
+    )
+    assert result.stdout == bytes(range(256)) * 4
+    assert result.stderr == b"warn\n"
+    assert result.exit_code == 3
+    assert not result.timed_out and not result.truncated
+
+
+def test_argv_is_passed_verbatim(box: Sandbox) -> None:
+    tricky = ["a b", "it's", 'say "hi"', "line1\nline2", "ünïcødé ✓", "$(whoami)", "; rm -rf /"]
+    result = box.exec(
+        ["python3", "-c", "import sys, json; print(json.dumps(sys.argv[1:]))", *tricky]
+    )
+    import json
+
+    assert json.loads(result.stdout) == tricky
+
+
+def test_stdin_env_and_cwd(box: Sandbox) -> None:
+    result = box.exec(
+        ["sh", "-c", "cat; echo; echo $GREETING; pwd"],
+        stdin=b"from stdin",
+        env={"GREETING": "hello"},
+        cwd="/tmp",
+    )
+    assert result.stdout == b"from stdin\nhello\n/tmp\n"
+
+
+def test_command_not_found_is_127_with_a_message(box: Sandbox) -> None:
+    result = box.exec(["no-such-command", "--flag"])
+    assert result.exit_code == 127
+    assert b"no-such-command" in result.stderr
+
+
+def test_timeout_kills_the_whole_tree_including_setsid(box: Sandbox) -> None:
+    started = time.monotonic()
+    result = box.exec(
+        [
+            "sh",
+            "-c",
+            "sleep 1000 & setsid sleep 1000 & "
+            "python3 -c 'import os,time\nif os.fork()==0:\n  os.setsid()\n"
+            "  if os.fork()==0: time.sleep(1000)\n' ; sleep 1000",
+        ],
+        timeout=3,
+    )
+    assert result.timed_out
+    assert time.monotonic() - started < 20
+    left = box.exec(["sh", "-c", "ps -eo args | grep -c '[s]leep 1000' || true"])
+    assert left.stdout.strip() == b"0", left.stdout
+
+
+def test_output_flood_is_capped_and_the_sandbox_stays_usable(box: Sandbox) -> None:
+    result = box.exec(
+        ["python3", "-c", "import sys\nfor _ in range(50): sys.stdout.write('x'*1048576)"],
+        output_limit=1 << 20,
+    )
+    assert result.truncated
+    assert len(result.stdout) + len(result.stderr) <= 1 << 20
+    assert result.exit_code == 0  # the writer was never blocked on a full pipe
+    assert box.exec(["echo", "still here"]).stdout == b"still here\n"
+
+
+def test_a_call_may_lower_but_not_raise_the_profiles_limits(box: Sandbox) -> None:
+    with pytest.raises(InvalidArgument, match="above the profile"):
+        box.exec(["true"], timeout=10_000)
+    with pytest.raises(InvalidArgument, match="not a shell string"):
+        box.exec("echo hi")  # type: ignore[arg-type]
+
+
+def test_files_round_trip_and_errors_name_the_path(box: Sandbox) -> None:
+    payload = bytes(range(256)) * 4096 + b"\x00end"
+    box.files.write("/workspace/data.bin", payload)
+    assert box.files.read("/workspace/data.bin") == payload
+    names = {entry["name"] for entry in box.files.list("/workspace")}
+    assert "data.bin" in names
+    box.files.remove("/workspace/data.bin")
+    with pytest.raises(FileOperationError, match=r"/workspace/data\.bin"):
+        box.files.read("/workspace/data.bin")
+    with pytest.raises(FileOperationError, match="/usr/evil: Read-only file system"):
+        box.files.write("/usr/evil", b"x")
+
+
+def test_fifty_concurrent_execs_return_their_own_output(box: Sandbox) -> None:
+    def run(i: int) -> tuple[int, bytes]:
+        return i, box.exec(["python3", "-c", f"print('{i}' * 1000)"]).stdout
+
+    with concurrent.futures.ThreadPoolExecutor(50) as pool:
+        for i, out in pool.map(run, range(50)):
+            assert out == (str(i) * 1000 + "\n").encode()
+
+
+def test_exec_on_a_deleted_sandbox_fails_fast_with_a_typed_error(client: Client) -> None:
+    sandbox = client.create("code-exec", "doomed")
+    sandbox.delete()
+    deadline = time.monotonic() + 60
+    with pytest.raises(SandboxGone):
+        while time.monotonic() < deadline:
+            sandbox.exec(["true"])
+            time.sleep(0.5)
+
+
+def test_unknown_profile_raises_admission_denied_with_a_record(client: Client) -> None:
+    with pytest.raises(AdmissionDenied) as raised:
+        client.create("no-such-profile")
+    assert raised.value.record["denied"] == "admission"
+    assert "does not exist" in raised.value.record["because"]
+
+
+def test_terminal_condition_raises_at_once(client: Client) -> None:
+    started = time.monotonic()
+    with pytest.raises(SandboxNotReady) as raised:
+        client.create("code-exec-kata", "kata", timeout=120)
+    assert raised.value.reason == "RuntimeUnavailable"
+    assert time.monotonic() - started < 60
+    client.delete("kata")
+
+
+def test_activity_is_recorded_through_the_api_server(client: Client, box: Sandbox) -> None:
+    box._last_touch = 0.0  # make the debounce let this call through
+    box.exec(["true"])
+    stamp = client.get(box.name)._body["metadata"]["annotations"]["openblox.sh/last-activity"]
+    assert stamp.endswith("Z")
+
+
+def test_async_client(operator: Kube, client_ns: str) -> None:
+    async def scenario() -> bytes:
+        client = AsyncClient(client_ns, kubeconfig=operator.kubeconfig)
+        async with await client.create("code-exec", "async") as sandbox:
+            result = await sandbox.exec(["python3", "-c", "print(6*7)"])
+            return result.stdout
+
+    assert asyncio.run(scenario()) == b"42\n"
+
+
+def test_command_line_run_prints_42_and_returns_the_exit_status(
+    operator: Kube, client_ns: str
+) -> None:
+    base = [
+        sys.executable,
+        "-m",
+        "openblox.cli",
+        "--kubeconfig",
+        operator.kubeconfig,
+        "-n",
+        client_ns,
+        "run",
+        "--",
+    ]
+    ok = subprocess.run(
+        [*base, "python3", "-c", "print(6*7)"], capture_output=True, timeout=180, check=False
+    )
+    assert (ok.returncode, ok.stdout) == (0, b"42\n")
+    failing = subprocess.run(
+        [*base, "sh", "-c", "exit 5"], capture_output=True, timeout=180, check=False
+    )
+    assert failing.returncode == 5
