@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from openblox.client.results import ExecResult
-from openblox.client.sync import Client, Sandbox
+from openblox.client.sync import DEFAULT_READ_LIMIT, Client, Sandbox
 
 
 class AsyncSandbox:
@@ -43,7 +43,7 @@ class AsyncSandbox:
     async def write_file(self, path: str, data: bytes | str, mode: int = 0o644) -> None:
         await asyncio.to_thread(self._sandbox.files.write, path, data, mode)
 
-    async def read_file(self, path: str, limit: int | None = None) -> bytes:
+    async def read_file(self, path: str, limit: int = DEFAULT_READ_LIMIT) -> bytes:
         return await asyncio.to_thread(self._sandbox.files.read, path, limit)
 
     async def delete(self) -> None:

@@ -1,7 +1,7 @@
 """File operations inside the sandbox: `python3 -c <this file> OPERATION PATH [ARG]`.
 
 Standard library only; paths arrive as argv and data on stdin, never through a shell.
-Errors are one line on stderr naming the path and the reason, and exit status 1.
+Errors are one line on stderr with the reason (the client adds the path), exit status 1.
 """
 
 import json
@@ -72,7 +72,7 @@ def main() -> None:
         else:
             raise SystemExit("unknown operation " + operation)
     except OSError as error:
-        sys.stderr.write(f"{path}: {error.strerror or error}\n")
+        sys.stderr.write(f"{error.strerror or error}\n")
         sys.exit(1)
 
 

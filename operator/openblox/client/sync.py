@@ -65,6 +65,8 @@ TERMINAL_REASONS = frozenset(
     }
 )
 ACTIVITY_DEBOUNCE_SECONDS = 5.0
+# Files move through the exec stream, not the command output cap; this bounds memory.
+DEFAULT_READ_LIMIT = 256 * 1024 * 1024
 SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 # How long past the command's own timeout the supervisor may take to report.
 EXEC_GRACE_SECONDS = 10.0
@@ -289,6 +291,15 @@ class Client:
                 raise SandboxGone(f"sandbox pod {namespace}/{pod} does not exist") from error
             raise
 
+    def _pod_alive(self, namespace: str, pod: str) -> bool:
+        try:
+            body = self._core.read_namespaced_pod(pod, namespace)
+        except ApiException as error:
+            if error.status == 404:
+                return False
+            raise
+        return body.metadata.deletion_timestamp is None
+
     def _touch(self, namespace: str, name: str) -> None:
         stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         patch = {"metadata": {"annotations": {ANNOTATION_LAST_ACTIVITY: stamp}}}
@@ -415,6 +426,8 @@ class Sandbox:
             socket.close()
         duration = time.monotonic() - started
         if decoder.verdict is None:
+            if not self._client._pod_alive(self.namespace, self.pod):
+                raise SandboxGone(f"sandbox {self.namespace}/{self.name} went away during the exec")
             code = exit_code_from_status(status) if status else None
             raise ExecTransportError(
                 "the exec ended without a result from the sandbox's supervisor "
@@ -516,8 +529,11 @@ class Files:
         payload = data.encode() if isinstance(data, str) else data
         self._check(self._sandbox._helper("write", path, oct(mode), stdin=payload), path)
 
-    def read(self, path: str, limit: int | None = None) -> bytes:
-        result = self._check(self._sandbox._helper("read", path, output_limit=limit), path)
+    def read(self, path: str, limit: int = DEFAULT_READ_LIMIT) -> bytes:
+        """The file's bytes; a file larger than `limit` raises rather than coming back cut."""
+        result = self._check(self._sandbox._helper("read", path, output_limit=limit + 1), path)
+        if len(result.stdout) > limit:
+            raise FileOperationError(path, f"larger than the read limit of {limit} bytes")
         return result.stdout
 
     def list(self, path: str = "/workspace") -> builtins.list[dict[str, Any]]:

@@ -18,7 +18,7 @@ import sys
 
 from openblox.conformance.kube import Kube
 from openblox.conformance.properties import PROPERTIES, select
-from openblox.conformance.runner import NO_PROFILE, run_suite
+from openblox.conformance.runner import run_suite
 from openblox.conformance.scorecard import Result, Status, slug
 from openblox.conformance.settings import Settings
 
@@ -57,8 +57,8 @@ def settings_from(args: argparse.Namespace) -> Settings:
         settings.backend = args.backend
     if args.profiles:
         settings.profiles = args.profiles
-    elif settings.backend in ("bare-runc", "bare_runc", "runc"):
-        settings.profiles = [NO_PROFILE]
+    elif args.backend:
+        settings.profiles = settings.default_profiles()
     if args.only:
         settings.only = [i for item in args.only for i in item.split(",") if i]
     settings.kubeconfig = args.kubeconfig or settings.kubeconfig

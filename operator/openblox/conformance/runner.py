@@ -46,9 +46,15 @@ def evaluate(ctx: Context, prop: Property) -> tuple[Status, str]:
         except Exception as error:
             outcome["r"] = (Status.FAIL, f"could not run: {message_of(error)}")
 
+    ctx.grace = 0.0
     thread = threading.Thread(target=work, name=f"property {prop.id}", daemon=True)
+    started = time.monotonic()
     thread.start()
-    thread.join(prop.deadline_seconds)
+    while thread.is_alive():
+        left = started + prop.deadline_seconds + ctx.grace - time.monotonic()
+        if left <= 0:
+            break
+        thread.join(min(left, 1.0))
     if thread.is_alive():
         return Status.FAIL, (
             f"no verdict within its {prop.deadline_seconds:.0f}s deadline: the property hung "
@@ -122,6 +128,59 @@ def cluster_facts(kube: Kube) -> dict[str, str]:
     return facts
 
 
+class Session:
+    """A run in progress: one backend, its profiles as targets, results as they come.
+
+    ``run_suite`` drives one from start to end; the pytest plugin drives one test at a
+    time. ``close`` tears everything down and returns the scorecard.
+    """
+
+    def __init__(self, settings: Settings, *, kube: Kube | None = None) -> None:
+        self.settings = settings
+        self.kube = kube or Kube.connect(settings.kubeconfig)
+        self._started = time.monotonic()
+        self.card = Scorecard(started=datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"))
+        self.card.cluster = cluster_facts(self.kube)
+        self.environment = Environment(self.kube, settings)
+        self.backend = load_backend(settings.backend, self.kube, settings)
+        self.setup_error: str | None = None
+        try:
+            self.backend.setup(self.environment.run_id)
+        except Exception as error:
+            self.setup_error = f"backend setup failed: {message_of(error)}"
+        self._runs: dict[str, TargetRun] = {}
+        self._current: TargetRun | None = None
+
+    def run(self, profile: str, prop: Property) -> Result:
+        run = self._runs.get(profile)
+        if run is None:
+            # One target at a time: the previous one's sandboxes go before the next starts.
+            if self._current is not None:
+                self._current.close()
+            run = self._runs[profile] = TargetRun(self.environment, self.backend, profile)
+            self.card.targets.append(run.target)
+            self._current = run
+        unsupported = prop.requires is not None and prop.requires in self.backend.unsupported
+        if self.setup_error and not unsupported:
+            result = Result(prop.id, run.target.name, Status.FAIL, self.setup_error)
+        else:
+            result = run.run(prop)
+        self.card.add(result)
+        return result
+
+    def close(self) -> Scorecard:
+        try:
+            for run in self._runs.values():
+                run.close()
+        finally:
+            try:
+                self.backend.teardown()
+            finally:
+                self.environment.close()
+        self.card.seconds = time.monotonic() - self._started
+        return self.card
+
+
 def run_suite(
     settings: Settings,
     *,
@@ -131,37 +190,14 @@ def run_suite(
 ) -> Scorecard:
     """Run the chosen properties against every profile of one backend; always returns a
     scorecard (a setup failure makes every property fail with its reason)."""
-    kube = kube or Kube.connect(settings.kubeconfig)
     chosen = list(properties) if properties is not None else list(select(settings.only))
-    started = time.monotonic()
-    card = Scorecard(started=datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"))
-    card.cluster = cluster_facts(kube)
-    environment = Environment(kube, settings)
-    backend = load_backend(settings.backend, kube, settings)
-    setup_error: str | None = None
-    try:
-        backend.setup(environment.run_id)
-    except Exception as error:
-        setup_error = f"backend setup failed: {message_of(error)}"
+    session = Session(settings, kube=kube)
     try:
         for profile in settings.profiles:
-            run = TargetRun(environment, backend, profile)
-            card.targets.append(run.target)
-            try:
-                for prop in chosen:
-                    if setup_error and not (prop.requires and prop.requires in backend.unsupported):
-                        result = Result(prop.id, run.target.name, Status.FAIL, setup_error)
-                    else:
-                        result = run.run(prop)
-                    card.add(result)
-                    if on_result:
-                        on_result(result)
-            finally:
-                run.close()
+            for prop in chosen:
+                result = session.run(profile, prop)
+                if on_result:
+                    on_result(result)
     finally:
-        try:
-            backend.teardown()
-        finally:
-            environment.close()
-    card.seconds = time.monotonic() - started
+        card = session.close()
     return card

@@ -48,6 +48,10 @@ class Settings:
     out: str | None = None
     keep: bool = False
 
+    def default_profiles(self) -> list[str]:
+        """code-exec for the operator; "none" for backends without profiles (bare-runc)."""
+        return ["none"] if self.backend in ("bare-runc", "bare_runc", "runc") else ["code-exec"]
+
     @property
     def pull_policy(self) -> str:
         if self.image_pull_policy:
@@ -59,7 +63,9 @@ class Settings:
         env = os.environ.get
         settings = cls()
         settings.backend = env("OPENBLOX_CONFORMANCE_BACKEND") or settings.backend
-        settings.profiles = _list(env("OPENBLOX_CONFORMANCE_PROFILES")) or settings.profiles
+        settings.profiles = (
+            _list(env("OPENBLOX_CONFORMANCE_PROFILES")) or settings.default_profiles()
+        )
         settings.only = _list(env("OPENBLOX_CONFORMANCE_ONLY"))
         settings.out = env("OPENBLOX_CONFORMANCE_OUT") or None
         settings.image = env("OPENBLOX_CONFORMANCE_IMAGE") or settings.image

@@ -325,7 +325,7 @@ def no_exec_across_namespaces(ctx: Context) -> Verdict:
             f"the probe identity cannot exec into its own namespace's sandbox either "
             f"({control.error or control.exit_code}), so a refusal would prove nothing"
         )
-    other = p.create_in(p.other_namespace, ctx.profile)
+    other = ctx.waiting(lambda: p.create_in(p.other_namespace, ctx.profile))
     try:
         if not other.pod:
             raise CannotRun("the backend names no pod for its sandbox")

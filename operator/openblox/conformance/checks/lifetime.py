@@ -152,7 +152,7 @@ def killed_init_recovers(ctx: Context) -> Verdict:
         time.sleep(2)
         started = time.monotonic()
         try:
-            recovered = ctx.backend.recover(handle, timeout=150)
+            recovered = ctx.waiting(lambda: ctx.backend.recover(handle, timeout=150))
         except Exception as error:
             return fail(f"init signalled ({signals[0][:120]}); could not get it back: {error}")
         ctx.owned.append(recovered)

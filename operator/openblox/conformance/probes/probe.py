@@ -779,6 +779,9 @@ def forkbomb(config: dict[str, Any]) -> dict[str, Any]:
             time.sleep(hold)
             os._exit(0)
         children.append(pid)
+        if len(children) % 32 == 0:
+            sys.stdout.write(f"started {len(children)}\n")
+            sys.stdout.flush()
     seconds = round(time.monotonic() - started, 2)
     visible = sum(1 for entry in os.listdir("/proc") if entry.isdigit())
     for pid in children:
