@@ -340,8 +340,9 @@ cmd_up() {
     cmd_env
     return
   fi
-  if ! running kube-apiserver; then
-    # Nothing of ours that holds state is alive: start from clean node state.
+  if ! running etcd; then
+    # The cluster's state is gone with etcd: start from clean node state, whatever a
+    # crash left behind. With etcd alive, only the missing components are started.
     for name in "${COMPONENTS[@]}"; do stop "$name"; done
     clean_leftovers
   fi

@@ -26,7 +26,7 @@ from tests.cluster.sandboxes import (
 
 pytestmark = pytest.mark.cluster
 
-TINY = profile_yaml(resources={"cpu": "5m", "memory": "96Mi", "scratch": "16Mi"})
+TINY = profile_yaml(resources={"cpu": "1m", "memory": "96Mi", "scratch": "16Mi"})
 
 
 @pytest.fixture

@@ -1,4 +1,5 @@
 from collections.abc import Sequence
+from dataclasses import replace
 from datetime import timedelta
 from typing import Any, ClassVar
 
@@ -317,3 +318,11 @@ class TestStatusChanged:
     def test_no_previous_status_is_a_change(self) -> None:
         assert status_changed(None, self.status)
         assert not status_changed(None, {})
+
+
+def test_a_running_pod_is_not_ready_until_its_boundary_is_seen() -> None:
+    """Fail closed: callers wait until the kernel inside the pod has been checked."""
+    unconfirmed = replace(HEALTHY, observed_boundary=None)
+    assert summary(unconfirmed) == ("Unknown", Reason.RUNTIME_NOT_CHECKED)
+    message = by_type(compute_conditions(unconfirmed, 1, [], NOW))["RuntimeAvailable"]["message"]
+    assert "gvisor boundary inside it is not confirmed yet" in message

@@ -179,6 +179,15 @@ def _runtime_available(observation: Observation) -> _Verdict:
         return _Verdict(
             kind, "Unknown", Reason.RUNTIME_NOT_CHECKED, "the runtime is not checked yet"
         )
+    pod = observation.pod
+    if expected is not None and observed is None and pod is not None and pod.ready:
+        # Fail closed: the pod is not Ready for callers until its boundary is seen.
+        return _Verdict(
+            kind,
+            "Unknown",
+            Reason.RUNTIME_NOT_CHECKED,
+            f"the pod runs; the {expected} boundary inside it is not confirmed yet",
+        )
     message = observation.runtime_message or "the profile's RuntimeClass is available"
     if observed is not None:
         message = f"{message}; the pod runs behind {observed}"

@@ -16,10 +16,12 @@ log = logging.getLogger(__name__)
 
 # uname and the kernel log are read before any caller's code runs in the pod (the
 # client waits for Ready, which waits for this probe), so the guest cannot stage them.
-_PROBE = ["/bin/sh", "-c", "uname -r; echo ---; dmesg 2>/dev/null | head -n 20"]
+_PROBE = ["/bin/sh", "-c", "uname -r; echo ---; dmesg 2>/dev/null"]
 
 
-def probe_boundary(kube: Kube, namespace: str, pod: str, node_kernel_release: str) -> Boundary:
+def probe_boundary(
+    kube: Kube, namespace: str, pod: str, node_kernel_release: str
+) -> Boundary | None:
     # stream() swaps call_api on the ApiClient it is handed for as long as it runs, so
     # every other thread's calls on a shared client would go over a websocket (and two
     # overlapping probes can leave it swapped for good). A private client each time.

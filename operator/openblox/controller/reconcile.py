@@ -53,6 +53,8 @@ PSA_LABELS = {
 }
 # A pod still Pending after this long has its events read for a runtime failure.
 PENDING_GRACE_SECONDS = 3.0
+# containerd's words for a RuntimeClass handler it has no runtime for.
+MISSING_HANDLER = "no runtime for"
 
 
 @dataclass(frozen=True)
@@ -304,7 +306,10 @@ class Reconciler:
             "reason=FailedCreatePodSandBox",
         )
         for event in events.items:
-            return f"the node could not start the pod's runtime: {event.message}"
+            # Only a handler the node lacks is final; anything else (a shim that timed
+            # out on a loaded node) the kubelet retries, and the pod stays Pending.
+            if MISSING_HANDLER in (event.message or ""):
+                return f"the node could not start the pod's runtime: {event.message}"
         return None
 
     def _observed_boundary(self, pod: Mapping[str, Any], state: PodState) -> Boundary | None:
@@ -313,12 +318,15 @@ class Reconciler:
         uid = pod["metadata"]["uid"]
         if uid not in self._boundaries:
             node = pod["spec"].get("nodeName")
-            self._boundaries[uid] = probe_boundary(
+            observed = probe_boundary(
                 self._kube,
                 pod["metadata"]["namespace"],
                 pod["metadata"]["name"],
                 self._node_kernel(node),
             )
+            if observed is None:
+                return None  # inconclusive: probed again on the next resync
+            self._boundaries[uid] = observed
         return self._boundaries[uid]
 
     def _node_kernel(self, node: str) -> str:

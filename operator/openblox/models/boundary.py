@@ -13,12 +13,21 @@ GVISOR_MARKER = "gVisor"
 
 def classify_boundary(
     guest_kernel_release: str, guest_kernel_log: str, node_kernel_release: str
-) -> Boundary:
-    """gvisor if the guest's kernel log is the Sentry's; kata for any other kernel than
-    the node's (a separate guest kernel); none when the guest shares the node's kernel."""
+) -> Boundary | None:
+    """What the pod runs behind, or None when the evidence is incomplete.
+
+    none: the guest sees the node's own kernel. gvisor: the guest's kernel log is the
+    Sentry's. kata: another, real kernel (a release and a kernel log, neither gVisor's).
+    A probe that came back short (a loaded node, a cut stream) proves nothing either
+    way, and deciding on it would either trust the runtime's name or delete a good pod.
+    """
     release = guest_kernel_release.strip()
+    if not release:
+        return None
     if release == node_kernel_release.strip():
         return "none"
     if GVISOR_MARKER in guest_kernel_log:
         return "gvisor"
+    if not guest_kernel_log.strip():
+        return None
     return "kata"

@@ -1,0 +1,24 @@
+"""The boundary a pod runs behind, judged from what it reports; an unclear probe decides nothing."""
+
+import pytest
+
+from openblox.models.boundary import classify_boundary
+
+NODE = "6.18.44-fc-v669"
+GVISOR_LOG = "[    0.000000] Starting gVisor...\n[    0.1] Creating cloned children...\n"
+
+
+@pytest.mark.parametrize(
+    ("release", "log", "expected"),
+    [
+        (NODE, "", "none"),  # the host's kernel: runc, whatever the RuntimeClass says
+        (NODE + "\n", GVISOR_LOG, "none"),  # a host kernel log cannot be trusted over uname
+        ("4.19.0-gvisor", GVISOR_LOG, "gvisor"),
+        ("6.1.62", "[    0.000000] Linux version 6.1.62 (kata guest)\n", "kata"),
+        ("", GVISOR_LOG, None),  # nothing from uname: the probe was cut short
+        ("4.19.0-gvisor", "", None),  # no kernel log: cannot tell gVisor from another kernel
+        ("  ", "  ", None),
+    ],
+)
+def test_classify_boundary(release: str, log: str, expected: str | None) -> None:
+    assert classify_boundary(release, log, NODE) == expected
