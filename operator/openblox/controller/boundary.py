@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import logging
+import time
 
-from kubernetes import client
-from kubernetes.stream import stream
-
+from openblox.client.exec_stream import STDOUT, Connection, ExecSocket
 from openblox.controller.kube import Kube
 from openblox.models.boundary import classify_boundary
 from openblox.models.profile import Boundary
@@ -17,33 +16,39 @@ log = logging.getLogger(__name__)
 # uname and the kernel log are read before any caller's code runs in the pod (the
 # client waits for Ready, which waits for this probe), so the guest cannot stage them.
 _PROBE = ["/bin/sh", "-c", "uname -r; echo ---; dmesg 2>/dev/null"]
+_PROBE_SECONDS = 30.0
 
 
 def probe_boundary(
     kube: Kube, namespace: str, pod: str, node_kernel_release: str
 ) -> Boundary | None:
-    # stream() swaps call_api on the ApiClient it is handed for as long as it runs, so
-    # every other thread's calls on a shared client would go over a websocket (and two
-    # overlapping probes can leave it swapped for good). A private client each time.
-    with client.ApiClient(kube.core.api_client.configuration) as api:
-        output: str = _exec(client.CoreV1Api(api), namespace, pod)
+    """The boundary seen inside the pod, or None when the probe was inconclusive."""
+    output = _exec(kube, namespace, pod)
     release, _, kernel_log = output.partition("---")
     boundary = classify_boundary(release, kernel_log, node_kernel_release)
-    log.info("pod %s/%s runs behind %s (kernel %s)", namespace, pod, boundary, release.strip())
+    if boundary is None:
+        log.warning("boundary probe of %s/%s was inconclusive; will retry", namespace, pod)
+    else:
+        log.info("pod %s/%s runs behind %s (kernel %s)", namespace, pod, boundary, release.strip())
     return boundary
 
 
-def _exec(core: client.CoreV1Api, namespace: str, pod: str) -> str:
-    output: str = stream(
-        core.connect_get_namespaced_pod_exec,
-        pod,
-        namespace,
-        container=CONTAINER_NAME,
-        command=_PROBE,
-        stderr=True,
-        stdin=False,
-        stdout=True,
-        tty=False,
-        _request_timeout=30,
+def _exec(kube: Kube, namespace: str, pod: str) -> str:
+    """The probe's stdout, over the same framed exec stream the client uses.
+
+    (The kubernetes package's `stream()` swaps the transport of the shared ApiClient
+    while it runs, which breaks every other thread's calls, and it loses output when a
+    command ends quickly.)
+    """
+    connection = Connection.from_configuration(kube.core.api_client.configuration)
+    socket = ExecSocket(
+        connection, namespace, pod, CONTAINER_NAME, _PROBE, stdin=False, timeout=_PROBE_SECONDS
     )
-    return output
+    output = bytearray()
+    try:
+        for frame in socket.frames(time.monotonic() + _PROBE_SECONDS):
+            if frame.channel == STDOUT:
+                output += frame.data
+    finally:
+        socket.close()
+    return output.decode("utf-8", "replace")
