@@ -26,7 +26,9 @@ from tests.cluster.sandboxes import (
 
 pytestmark = pytest.mark.cluster
 
-TINY = profile_yaml(resources={"cpu": "1m", "memory": "96Mi", "scratch": "16Mi"})
+# requests == limits: a CPU limit of a few millicores throttles the Sentry itself, so
+# 10m is the least that still boots and answers an exec promptly.
+TINY = profile_yaml(resources={"cpu": "10m", "memory": "96Mi", "scratch": "16Mi"})
 
 
 @pytest.fixture
