@@ -72,3 +72,6 @@ class Reason(StrEnum):
     POD_CONFLICT = "PodConflict"
 
     EXPIRED = "Expired"
+
+    # The reason of the Event that carries a denial record (docs/denials.md) as its message.
+    DENIED = "Denied"

@@ -15,7 +15,14 @@ PACKAGE = Path(__file__).parents[2] / "operator" / "openblox"
 ALLOWED_OPENBLOX_IMPORTS = {
     "models": ("openblox.names", "openblox.models"),
     "lifetime": ("openblox.names", "openblox.models", "openblox.lifetime"),
-    "builders": ("openblox.names", "openblox.models", "openblox.lifetime", "openblox.builders"),
+    "denials": ("openblox.names", "openblox.models", "openblox.lifetime", "openblox.denials"),
+    "builders": (
+        "openblox.names",
+        "openblox.models",
+        "openblox.lifetime",
+        "openblox.denials",
+        "openblox.builders",
+    ),
 }
 FORBIDDEN = (
     "kubernetes",

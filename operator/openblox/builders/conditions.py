@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal, TypedDict
 
+from openblox.denials import Denial
 from openblox.lifetime import Expiry
 from openblox.models import Boundary, OpenbloxError, format_timestamp
 from openblox.names import CONTAINER_NAME, ConditionType, Reason
@@ -110,6 +111,8 @@ class Observation:
     expected_boundary: Boundary | None = None
     """What the profile claims; None makes no claim (an unsafe profile's runtime)."""
     observed_boundary: Boundary | None = None
+    denials: tuple[Denial, ...] = ()
+    """Policies seen in force in this reconcile (an OOM-killed pod, an expiry), oldest first."""
 
 
 @dataclass(frozen=True, slots=True)

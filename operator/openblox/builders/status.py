@@ -7,6 +7,7 @@ from datetime import datetime
 from typing import Any
 
 from openblox.builders.conditions import Observation, compute_conditions
+from openblox.denials import merge_recent
 from openblox.models import Sandbox, format_timestamp
 from openblox.models.profile import ExecLimits
 
@@ -45,9 +46,10 @@ def build_status(
             "timeoutSeconds": exec_limits.timeout_seconds,
             "outputBytes": exec_limits.output_bytes,
         }
-    # Denials are appended by whoever observes them; a reconcile keeps what is there.
-    if previous.get("denials"):
-        status["denials"] = list(previous["denials"])
+    # Recent denials, most recent first and bounded; a reconcile keeps what is there.
+    denials = merge_recent(previous.get("denials") or [], observation.denials)
+    if denials:
+        status["denials"] = denials
     return status
 
 

@@ -30,7 +30,15 @@ class SandboxTimeout(OpenbloxClientError):
 
 
 class SandboxGone(OpenbloxClientError):
-    """The Sandbox or its pod no longer exists (deleted, or reaped at its lifetime)."""
+    """The Sandbox or its pod no longer exists (deleted, or reaped at its lifetime).
+
+    When a policy ended it (the pod was OOM-killed during an exec), `record` is that
+    denial, in the shape of docs/denials.md; otherwise None.
+    """
+
+    def __init__(self, message: str, record: dict[str, Any] | None = None) -> None:
+        super().__init__(message)
+        self.record = record
 
 
 class AdmissionDenied(OpenbloxClientError):

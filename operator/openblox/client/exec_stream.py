@@ -37,7 +37,7 @@ class Connection:
         if configuration.refresh_api_key_hook is not None:
             configuration.refresh_api_key_hook(configuration)
         headers = []
-        token = configuration.get_api_key_with_prefix("authorization")
+        token = configuration.get_api_key_with_prefix("BearerToken", alias="authorization")
         if token:
             headers.append(f"Authorization: {token}")
         sslopt: dict[str, Any] = {

@@ -148,13 +148,22 @@ def main() -> None:
     kill_tree(os.getpid())
     if status is None:
         status = reap().get(pid)
+    # The signal that ended the command, apart from its exit code: exit(137) is not a kill.
+    killed_by: int | None = None
     if status is None:
         exit_code = 128 + signal.SIGKILL
+        killed_by = int(signal.SIGKILL)
     elif os.WIFSIGNALED(status):
-        exit_code = 128 + os.WTERMSIG(status)
+        killed_by = os.WTERMSIG(status)
+        exit_code = 128 + killed_by
     else:
         exit_code = os.WEXITSTATUS(status)
-    verdict = {"exit_code": exit_code, "timed_out": timed_out, "truncated": truncated}
+    verdict = {
+        "exit_code": exit_code,
+        "timed_out": timed_out,
+        "truncated": truncated,
+        "signal": killed_by,
+    }
     frame(b"R", json.dumps(verdict).encode())
 
 

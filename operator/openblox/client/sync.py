@@ -14,10 +14,11 @@ import secrets
 import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from datetime import UTC, datetime
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
@@ -42,12 +43,20 @@ from openblox.client.exec_stream import (
     exit_code_from_status,
 )
 from openblox.client.results import ExecResult
+from openblox.denials import (
+    ExecOutcome,
+    Policy,
+    admission_denial,
+    classify_exec,
+    pod_denial,
+)
 from openblox.names import (
     ANNOTATION_LAST_ACTIVITY,
     CONTAINER_NAME,
     GROUP,
     PLURAL,
     VERSION,
+    Reason,
 )
 
 # Reasons a Sandbox will not get past by waiting: the caller hears at once.
@@ -70,6 +79,9 @@ DEFAULT_READ_LIMIT = 256 * 1024 * 1024
 SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 # How long past the command's own timeout the supervisor may take to report.
 EXEC_GRACE_SECONDS = 10.0
+# After an exec breaks without a verdict, how long to wait for the kubelet to report
+# whether the pod's container ended (and why: OOMKilled is a memory denial).
+POD_END_WAIT_SECONDS = 8.0
 _SUPERVISOR = resources.files("openblox.client").joinpath("supervisor.py").read_text()
 _FILE_HELPER = resources.files("openblox.client").joinpath("file_helper.py").read_text()
 
@@ -113,14 +125,7 @@ def _admission_record(error: ApiException, profile: str) -> dict[str, Any]:
         message = json.loads(error.body or "{}").get("message") or str(error.reason)
     except ValueError:
         message = str(error.body or error.reason)
-    return {
-        "denied": "admission",
-        "attempted": f"Sandbox profile={profile}",
-        "because": message,
-        "profile": profile,
-        "at": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        "inferred": False,
-    }
+    return admission_denial(profile, message, datetime.now(UTC)).to_dict()
 
 
 class Client:
@@ -291,14 +296,40 @@ class Client:
                 raise SandboxGone(f"sandbox pod {namespace}/{pod} does not exist") from error
             raise
 
-    def _pod_alive(self, namespace: str, pod: str) -> bool:
+    def _read_pod(self, namespace: str, pod: str) -> dict[str, Any] | None:
+        """The pod as the API serves it (camelCase), or None if it does not exist."""
         try:
             body = self._core.read_namespaced_pod(pod, namespace)
         except ApiException as error:
             if error.status == 404:
-                return False
+                return None
             raise
-        return body.metadata.deletion_timestamp is None
+        result: dict[str, Any] = self._api.sanitize_for_serialization(body)
+        return result
+
+    def _last_denial(self, namespace: str, uid: str | None) -> dict[str, Any] | None:
+        """The latest denial the operator recorded as an Event on the Sandbox `uid`.
+
+        Events outlive the Sandbox (an hour by default), so a caller whose sandbox was
+        reaped still learns why. None if there is none or Events cannot be read.
+        """
+        if not uid:
+            return None
+        try:
+            events = self._core.list_namespaced_event(
+                namespace, field_selector=f"involvedObject.uid={uid},reason={Reason.DENIED}"
+            ).items
+        except ApiException:
+            return None
+        records = []
+        for event in events:
+            try:
+                record = json.loads(event.message or "")
+            except ValueError:
+                continue
+            if isinstance(record, dict) and "denied" in record:
+                records.append(record)
+        return max(records, key=lambda r: str(r.get("at", "")), default=None)
 
     def _touch(self, namespace: str, name: str) -> None:
         stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -323,6 +354,7 @@ class Sandbox:
         self.profile: str = body["spec"]["profile"]
         self._last_touch = 0.0
         self._touch_lock = threading.Lock()
+        self._sizes: tuple[str | None, str | None] | None = None
         self.files = Files(self)
 
     def __repr__(self) -> str:
@@ -387,17 +419,28 @@ class Sandbox:
             "env": dict(env or {}),
             "cwd": cwd,
         }
-        command = ["python3", "-c", _SUPERVISOR, json.dumps(config), "--", *argv]
-        return self._run_supervised(command, data, float(config["timeout"]))
+        return self._run_supervised(config, argv, data)
 
     def _run_supervised(
-        self, command: Sequence[str], stdin: bytes | None, timeout: float
+        self, config: Mapping[str, Any], argv: Sequence[str], stdin: bytes | None
     ) -> ExecResult:
+        timeout = float(config["timeout"])
+        command = ["python3", "-c", _SUPERVISOR, json.dumps(config), "--", *argv]
         self._record_activity()
         started = time.monotonic()
-        socket = self._client._open_exec(
-            self.namespace, self.pod, command, stdin=stdin is not None, timeout=30
-        )
+        started_at = datetime.now(UTC)
+        try:
+            socket = self._client._open_exec(
+                self.namespace, self.pod, command, stdin=stdin is not None, timeout=30
+            )
+        except SandboxGone as error:
+            # Reaped, or its pod killed: the operator's `Denied` Event says which policy.
+            record = self._client._last_denial(self.namespace, self._body["metadata"].get("uid"))
+            if record is None:
+                raise
+            raise SandboxGone(
+                f"{error}: denied {record['denied']} ({record['because']})", record
+            ) from error
         sender = None
         if stdin is not None:
             sender = threading.Thread(target=_send_all, args=(socket, stdin), daemon=True)
@@ -414,34 +457,126 @@ class Sandbox:
                 elif frame.channel == ERROR:
                     status = frame.data
         except TimeoutError:
-            return ExecResult(
+            # The client's own deadline: the supervisor never reported.
+            outcome = ExecOutcome(
                 bytes(decoder.stdout),
                 bytes(decoder.stderr),
                 137,
                 True,
                 False,
-                time.monotonic() - started,
+                timeout,
+                int(config["cap"]),
+                None,
+                tuple(argv),
+                config.get("cwd"),
             )
+            return self._result(outcome, time.monotonic() - started)
         finally:
             socket.close()
         duration = time.monotonic() - started
         if decoder.verdict is None:
-            if not self._client._pod_alive(self.namespace, self.pod):
-                raise SandboxGone(f"sandbox {self.namespace}/{self.name} went away during the exec")
-            code = exit_code_from_status(status) if status else None
-            raise ExecTransportError(
-                "the exec ended without a result from the sandbox's supervisor "
-                f"(exit {code}); stderr: {diagnostics.decode('utf-8', 'replace')[-500:]}"
-            )
+            self._raise_broken(status, diagnostics, started_at)
         verdict = decoder.verdict
-        return ExecResult(
+        # 0: the command exited; None: a supervisor too old to say.
+        signal = int(verdict["signal"] or 0) if "signal" in verdict else None
+        outcome = ExecOutcome(
             bytes(decoder.stdout),
             bytes(decoder.stderr),
             int(verdict["exit_code"]),
             bool(verdict["timed_out"]),
             bool(verdict["truncated"]),
-            duration,
+            timeout,
+            int(config["cap"]),
+            signal,
+            tuple(argv),
+            config.get("cwd"),
         )
+        return self._result(outcome, duration)
+
+    def _result(self, outcome: ExecOutcome, duration: float) -> ExecResult:
+        """The ExecResult, with the policies the command ran into (docs/denials.md)."""
+        now = datetime.now(UTC)
+        policy = Policy(profile=self.profile)
+        denials = classify_exec(outcome, policy, now)
+        if any(d.denied in ("memory", "disk") for d in denials):
+            # Name the limit in the record: one read of the pod, only when it matters.
+            policy = self._sized_policy(policy)
+            denials = classify_exec(outcome, policy, now)
+        return ExecResult(
+            outcome.stdout,
+            outcome.stderr,
+            outcome.exit_code,
+            outcome.timed_out,
+            outcome.truncated,
+            duration,
+            tuple(d.to_dict() for d in denials),
+        )
+
+    def _sized_policy(self, policy: Policy) -> Policy:
+        if self._sizes is None:
+            try:
+                pod = self._client._read_pod(self.namespace, self.pod) or {}
+            except ApiException:
+                return policy
+            self._sizes = _pod_sizes(pod)
+        memory, scratch = self._sizes
+        return replace(policy, memory=memory, scratch=scratch)
+
+    def _raise_broken(self, status: bytes, diagnostics: bytearray, since: datetime) -> NoReturn:
+        """The exec ended without the supervisor's verdict: the pod died, or the stream broke.
+
+        Waits a few seconds for the kubelet to report how the pod ended: OOMKilled is a
+        memory denial, raised with its record. If the operator already replaced the pod,
+        the record is read from the Sandbox's status, where the operator put it.
+        """
+        deadline = time.monotonic() + POD_END_WAIT_SECONDS
+        while True:
+            pod = self._client._read_pod(self.namespace, self.pod)
+            replaced = pod is None or _created_after(pod, since)
+            if pod is not None and not replaced:
+                pod_status = pod.get("status") or {}
+                ended = pod_status.get("phase") in ("Failed", "Succeeded") or any(
+                    (entry.get("state") or {}).get("terminated")
+                    for entry in pod_status.get("containerStatuses") or []
+                )
+                if ended:
+                    denial = pod_denial(pod, profile=self.profile, now=datetime.now(UTC))
+                    self._raise_gone(denial.to_dict() if denial else None)
+                replaced = pod["metadata"].get("deletionTimestamp") is not None
+            if replaced:
+                record = self._status_denial(since)
+                if record is not None or time.monotonic() >= deadline:
+                    self._raise_gone(record)
+            elif time.monotonic() >= deadline:
+                code = exit_code_from_status(status) if status else None
+                raise ExecTransportError(
+                    "the exec ended without a result from the sandbox's supervisor "
+                    f"(exit {code}); stderr: {diagnostics.decode('utf-8', 'replace')[-500:]}"
+                )
+            time.sleep(0.25)
+
+    def _raise_gone(self, record: dict[str, Any] | None) -> NoReturn:
+        where = f"sandbox {self.namespace}/{self.name}"
+        if record is None:
+            raise SandboxGone(f"{where} went away during the exec")
+        raise SandboxGone(
+            f"{where} was stopped during the exec: denied {record['denied']} "
+            f"({record['because']}); its pod is replaced and files in /tmp and /workspace "
+            "are lost",
+            record,
+        )
+
+    def _status_denial(self, since: datetime) -> dict[str, Any] | None:
+        """A denial the operator recorded for this Sandbox since `since`, if any."""
+        try:
+            body = self._client.get(self.name, self.namespace)._body
+        except SandboxGone:
+            return None
+        for record in (body.get("status") or {}).get("denials") or []:
+            at = _parse_time(record.get("at"))
+            if at is not None and at >= since - timedelta(seconds=2):
+                return dict(record)
+        return None
 
     def _record_activity(self) -> None:
         """Stamp last-activity through the API server (the guest cannot), at most every few s."""
@@ -466,19 +601,41 @@ class Sandbox:
             "env": {},
             "cwd": None,
         }
-        command = [
-            "python3",
-            "-c",
-            _SUPERVISOR,
-            json.dumps(config),
-            "--",
-            "python3",
-            "-c",
-            _FILE_HELPER,
-            operation,
-            *args,
-        ]
-        return self._run_supervised(command, stdin, float(config["timeout"]))
+        return self._run_supervised(
+            config, ["python3", "-c", _FILE_HELPER, operation, *args], stdin
+        )
+
+
+def _parse_time(text: object) -> datetime | None:
+    if not isinstance(text, str):
+        return None
+    try:
+        return datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+
+
+def _created_after(pod: Mapping[str, Any], since: datetime) -> bool:
+    """Whether the pod was made after `since`: a replacement for the one the exec ran in."""
+    created = _parse_time(pod["metadata"].get("creationTimestamp"))
+    return created is not None and created > since
+
+
+def _pod_sizes(pod: Mapping[str, Any]) -> tuple[str | None, str | None]:
+    """The sandbox container's memory limit and the scratch volumes' size, as written."""
+    spec = pod.get("spec") or {}
+    memory = None
+    for container in spec.get("containers") or []:
+        if container.get("name") == CONTAINER_NAME:
+            memory = ((container.get("resources") or {}).get("limits") or {}).get("memory")
+    scratch = None
+    for volume in spec.get("volumes") or []:
+        if volume.get("name") == "workspace":
+            scratch = (volume.get("emptyDir") or {}).get("sizeLimit")
+    return (
+        str(memory) if memory is not None else None,
+        str(scratch) if scratch is not None else None,
+    )
 
 
 def _send_all(socket: ExecSocket, data: bytes) -> None:

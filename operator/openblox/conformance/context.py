@@ -128,6 +128,7 @@ class Context:
         self.owned: list[Handle] = []
         self.grace = 0.0
         """Seconds the current property spent waiting for sandboxes; added to its deadline."""
+        self._waiting_since: float | None = None
 
     # ------------------------------------------------------------------ sandboxes
 
@@ -154,19 +155,17 @@ class Context:
     def own_sandbox(
         self, *, idle_timeout_seconds: int | None = None, max_age_seconds: int | None = None
     ) -> Iterator[Handle]:
-        started = time.monotonic()
         try:
-            handle = self.backend.create(
-                self.profile,
-                idle_timeout_seconds=idle_timeout_seconds,
-                max_age_seconds=max_age_seconds,
+            handle = self.waiting(
+                lambda: self.backend.create(
+                    self.profile,
+                    idle_timeout_seconds=idle_timeout_seconds,
+                    max_age_seconds=max_age_seconds,
+                )
             )
         except Exception as error:
             reason = str(error) if isinstance(error, BackendError) else message_of(error)
             raise CannotRun(f"the backend could not create a sandbox: {reason}") from error
-        finally:
-            # Waiting for a sandbox to be ready is not the property hanging.
-            self.grace += time.monotonic() - started
         self.owned.append(handle)
         try:
             yield handle
@@ -175,12 +174,19 @@ class Context:
                 self.backend.delete(handle)
 
     def waiting(self, action: Callable[[], T]) -> T:
-        """Run action (a create, a recovery) without its wait counting toward the deadline."""
-        started = time.monotonic()
+        """Run action (a create, a recovery) without its wait counting toward the deadline:
+        waiting for a sandbox to be ready is not the property hanging."""
+        self._waiting_since = time.monotonic()
         try:
             return action()
         finally:
-            self.grace += time.monotonic() - started
+            self.grace += time.monotonic() - self._waiting_since
+            self._waiting_since = None
+
+    def extra_time(self) -> float:
+        """Seconds the current property has spent waiting for sandboxes, so far."""
+        since = self._waiting_since
+        return self.grace + (time.monotonic() - since if since is not None else 0.0)
 
     def close(self) -> None:
         with self._lock:
@@ -303,3 +309,20 @@ def parse_probe(command: str, outcome: ExecOutcome) -> dict[str, Any]:
             f"{outcome.stderr.decode('utf-8', 'replace')[-400:]}"
         ) from error
     return result
+
+
+def volume_medium(ctx: Context, path: str) -> str | None:
+    """The emptyDir medium of the pod volume mounted at path: "Memory", "" (node disk),
+    None (not an emptyDir), or "?" when the backend shows no pod."""
+    pod = ctx.pod()
+    if pod is None:
+        return "?"
+    spec = pod.get("spec") or {}
+    mounts = (spec.get("containers") or [{}])[0].get("volumeMounts") or []
+    name = next((m["name"] for m in mounts if m.get("mountPath") == path), None)
+    volume: dict[str, Any] = next(
+        (v for v in spec.get("volumes") or [] if v.get("name") == name), {}
+    )
+    if "emptyDir" not in volume:
+        return None
+    return str((volume.get("emptyDir") or {}).get("medium") or "")

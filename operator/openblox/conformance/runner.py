@@ -14,6 +14,8 @@ import time
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 
+from kubernetes import client as k8s
+
 from openblox.conformance.backend import Backend
 from openblox.conformance.backends import load_backend
 from openblox.conformance.checks import CHECKS
@@ -51,7 +53,7 @@ def evaluate(ctx: Context, prop: Property) -> tuple[Status, str]:
     started = time.monotonic()
     thread.start()
     while thread.is_alive():
-        left = started + prop.deadline_seconds + ctx.grace - time.monotonic()
+        left = started + prop.deadline_seconds + ctx.extra_time() - time.monotonic()
         if left <= 0:
             break
         thread.join(min(left, 1.0))
@@ -104,6 +106,11 @@ class TargetRun:
                 f"pod runtimeClassName {spec.get('runtimeClassName') or '(default: runc)'}, "
                 f"image {containers[0].get('image')}"
             )
+        info = ((self.context.node() or {}).get("status") or {}).get("nodeInfo") or {}
+        if info:
+            self.target.notes.append(
+                f"node kernel {info.get('kernelVersion')}, {info.get('containerRuntimeVersion')}"
+            )
         limits = self.context._shared.limits
         self.target.notes.append(
             "declared limits: "
@@ -118,13 +125,8 @@ class TargetRun:
 
 def cluster_facts(kube: Kube) -> dict[str, str]:
     facts: dict[str, str] = {}
-    try:
-        version = kube.api.call_api(
-            "/version", "GET", response_type="object", auth_settings=["BearerToken"]
-        )[0]
-        facts["kubernetes"] = str(version.get("gitVersion"))
-    except Exception:
-        pass
+    with contextlib.suppress(Exception):
+        facts["kubernetes"] = str(k8s.VersionApi(kube.api).get_code().git_version)
     return facts
 
 

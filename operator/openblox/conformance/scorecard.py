@@ -134,13 +134,14 @@ class Scorecard:
                 "Cluster: " + ", ".join(f"{k} {v}" for k, v in sorted(self.cluster.items())),
                 "",
             ]
-        for name, counts in self.summary().items():
+        summary = self.summary()
+        for target in self.targets:
+            counts = summary[target.name]
             lines.append(
-                f"- **{name}**: {counts['pass']} pass, {counts['fail']} fail, "
+                f"- **{target.name}**: {counts['pass']} pass, {counts['fail']} fail, "
                 f"{counts['unsupported']} unsupported"
             )
-        for target in self.targets:
-            lines.extend(f"  - {target.name}: {note}" for note in target.notes)
+            lines.extend(f"  - {note}" for note in target.notes)
         lines.append("")
         seen = {r.id for r in self.results}
         for category in Category:

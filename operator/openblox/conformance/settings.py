@@ -44,7 +44,7 @@ class Settings:
     processes: int = 256
     uid: int = 1000
     gid: int = 1000
-    create_timeout: float = 180.0
+    create_timeout: float = 300.0
     out: str | None = None
     keep: bool = False
 

@@ -17,8 +17,9 @@ from openblox.controller.events import EventRecorder
 from openblox.controller.kube import Kube, is_conflict, is_not_found
 from openblox.controller.lease import Lease
 from openblox.controller.profile_store import ProfileStore
-from openblox.controller.reconcile import Reconciler
+from openblox.controller.reconcile import Reconciler, record_denial
 from openblox.controller.sandbox_cache import SandboxCache
+from openblox.denials import lifetime_denial
 from openblox.lifetime.expiry import Expiry
 from openblox.lifetime.reaping import find_expired
 from openblox.models import Sandbox
@@ -79,6 +80,9 @@ class Reaper:
             "metadata": {"name": sandbox.name, "namespace": sandbox.namespace, "uid": sandbox.uid},
         }
         self._events.record(ref, Reason.EXPIRED, message, warning=False)
+        profile = self._profiles.get(sandbox.spec.profile)
+        if profile is not None:
+            record_denial(self._events, ref, lifetime_denial(sandbox, profile, expiry))
         body = self._cache.body(sandbox.namespace, sandbox.name)
         if body is not None:
             # Marks Ready=False/Expired first, so a watcher learns why it is going.

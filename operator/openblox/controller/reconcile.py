@@ -8,6 +8,7 @@ if this Sandbox owns it. The status is patched only when it changed.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import threading
@@ -25,6 +26,7 @@ from openblox.controller.boundary import probe_boundary
 from openblox.controller.events import EventRecorder
 from openblox.controller.kube import Kube, is_conflict, is_not_found
 from openblox.controller.profile_store import ProfileStore
+from openblox.denials import Denial, lifetime_denial, pod_denial
 from openblox.lifetime import compute_expiry, effective_lifetime
 from openblox.models import (
     LifetimeTooLong,
@@ -151,7 +153,12 @@ class Reconciler:
             )
         if expiry.expired:
             # The reaper deletes it; no new pod for a sandbox whose time is up.
-            return replace(base, runtime_available=True), profile, self._read_pod(sandbox)
+            reaped = lifetime_denial(sandbox, profile, expiry)
+            return (
+                replace(base, runtime_available=True, denials=(reaped,)),
+                profile,
+                self._read_pod(sandbox),
+            )
 
         self._prepare_namespace(sandbox.namespace)
         pod, conflict = self._ensure_pod(sandbox, profile)
@@ -160,8 +167,10 @@ class Reconciler:
         assert pod is not None
         state = PodState.from_pod(pod)
         if state.terminated:
-            self._replace_dead_pod(sandbox, pod, state)
-            return replace(base, runtime_available=True, pod=state), profile, pod
+            ended = pod_denial(pod, profile=profile.name, now=now)
+            self._replace_dead_pod(sandbox, pod, state, ended)
+            denials = (ended,) if ended else ()
+            return replace(base, runtime_available=True, pod=state, denials=denials), profile, pod
         sandbox_failure = self._sandbox_creation_failure(pod, now)
         if sandbox_failure:
             self._events.record(_sandbox_ref(sandbox), Reason.RUNTIME_UNAVAILABLE, sandbox_failure)
@@ -268,7 +277,9 @@ class Reconciler:
             )
         return found, None
 
-    def _replace_dead_pod(self, sandbox: Sandbox, pod: dict[str, Any], state: PodState) -> None:
+    def _replace_dead_pod(
+        self, sandbox: Sandbox, pod: dict[str, Any], state: PodState, denial: Denial | None
+    ) -> None:
         """A dead sandbox pod is deleted; its deletion event brings a fresh one."""
         why = state.reason or f"exit code {state.exit_code}"
         self._events.record(
@@ -277,6 +288,8 @@ class Reconciler:
             f"sandbox pod ended ({why}); replacing it with a new pod "
             "(files in /tmp, /workspace and running processes are lost)",
         )
+        if denial is not None:
+            record_denial(self._events, _sandbox_ref(sandbox), denial)
         self._delete_pod(pod)
 
     def _delete_pod(self, pod: Mapping[str, Any]) -> None:
@@ -372,6 +385,12 @@ def _parse_time(text: str | datetime) -> datetime:
     if isinstance(text, datetime):
         return text
     return datetime.fromisoformat(text.replace("Z", "+00:00"))
+
+
+def record_denial(events: EventRecorder, involved: Mapping[str, Any], denial: Denial) -> None:
+    """A `Denied` Event whose message is the record itself, as JSON (docs/denials.md)."""
+    message = json.dumps(denial.to_dict(), separators=(",", ":"), ensure_ascii=False)
+    events.record(involved, Reason.DENIED, message)
 
 
 def _sandbox_ref(sandbox: Sandbox) -> dict[str, Any]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from openblox.conformance.checks.registry import check
-from openblox.conformance.context import CannotRun, Context, Verdict, fail, ok
+from openblox.conformance.context import CannotRun, Context, Verdict, fail, ok, volume_medium
 
 SCRATCH = ("/tmp", "/workspace", "/run/openblox")
 HOST_PATHS = (
@@ -93,7 +93,8 @@ def dev_shm(ctx: Context) -> Verdict:
     # Writable is acceptable only as one more piece of the declared, memory-backed scratch.
     scratch = ctx.sandbox().limits.scratch_bytes
     size = int(result.get("size_bytes", 0))
-    if scratch and mount.get("fstype") == "tmpfs" and 0 < size <= scratch:
+    memory = mount.get("fstype") == "tmpfs" or volume_medium(ctx, "/dev/shm") == "Memory"
+    if scratch and memory and 0 < size <= scratch:
         return ok(f"{text}: writable, memory-backed and within the declared scratch size")
     declared = f"{scratch >> 20} MiB" if scratch else "none"
     return fail(f"{text}: writable beyond the declared scratch (declared {declared})")
@@ -221,13 +222,19 @@ def harmless_devices(ctx: Context) -> Verdict:
         for d in devices
         if d["kind"] == "block" or (d["major"], d["minor"]) not in HARMLESS_DEVICES
     ]
-    # A device node this user cannot open gives nothing; one it can open is a way in.
-    usable = [d for d in extra if d.get("open") == "opened"]
+    # A device this user cannot open gives nothing. Of those it can open, FUSE and tun are
+    # tried for real (a mount, an interface); anything else that opens counts as usable.
+    opened = [d for d in extra if d.get("open") == "opened"]
+    tried = {"/dev/fuse", "/dev/net/tun"}
+    usable = [d["path"] for d in opened if d["path"] not in tried]
+    notes = [f"{d['path']} cannot be opened ({d.get('open')})" for d in extra if d not in opened]
+    if any(d["path"] in tried for d in opened):
+        for attempt in ctx.probe("device-use")["attempts"]:
+            notes.append(f"{attempt['what']}: {attempt.get('detail')}")
+            if not attempt.get("refused"):
+                usable.append(attempt["what"])
     listing = ", ".join(f"{d['path']}({d['major']},{d['minor']})" for d in devices)
-    closed = "; ".join(f"{d['path']} present but cannot be opened: {d.get('open')}" for d in extra)
+    text = f"devices: {listing or 'none'}" + (f"; {'; '.join(notes)}" if notes else "")
     if usable:
-        return fail(
-            f"devices beyond null/zero/full/random/urandom/tty/ptmx that this user can open: "
-            f"{[d['path'] for d in usable]}; all: {listing}"
-        )
-    return ok((listing or "no device nodes") + (f"; {closed}" if closed else ""))
+        return fail(f"usable beyond null/zero/full/random/urandom/tty/ptmx: {usable}; {text}")
+    return ok(text)

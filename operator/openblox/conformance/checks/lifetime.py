@@ -20,16 +20,20 @@ REAP_SLACK = 30.0
 EARLY = 2.0
 
 
-def _wait_gone(ctx: Context, handle: Handle, until: float, *, busy: bool = False) -> float | None:
-    """Monotonic time at which the sandbox was seen gone, or None. ``busy`` keeps running
-    a command every two seconds meanwhile (caller activity)."""
+def _wait_gone(
+    ctx: Context, handle: Handle, until: float, *, busy: list[float] | None = None
+) -> float | None:
+    """Monotonic time at which the sandbox was seen gone, or None. With ``busy``, a command
+    runs every two seconds meanwhile (caller activity); the times of those that succeeded
+    are appended to it."""
     last_exec = 0.0
     while time.monotonic() < until:
         if not ctx.backend.exists(handle):
             return time.monotonic()
-        if busy and time.monotonic() - last_exec >= 2:
+        if busy is not None and time.monotonic() - last_exec >= 2:
             last_exec = time.monotonic()
-            ctx.backend.exec(handle, ["true"], timeout=10)
+            if ctx.backend.exec(handle, ["true"], timeout=10).exit_code == 0:
+                busy.append(last_exec)
         time.sleep(0.5)
     return None
 
@@ -61,7 +65,9 @@ def timeout_kills_tree(ctx: Context) -> Verdict:
 @check("TIME-002")
 def idle_reaping(ctx: Context) -> Verdict:
     with ctx.own_sandbox(idle_timeout_seconds=IDLE_SECONDS) as handle:
-        ctx.backend.exec(handle, ["true"], timeout=30)
+        first = ctx.backend.exec(handle, ["true"], timeout=30)
+        if first.exit_code != 0:
+            raise CannotRun(f"a first command failed: {first.error or first.exit_code}")
         active = time.monotonic()
         gone = _wait_gone(ctx, handle, active + IDLE_SECONDS + REAP_SLACK)
         if gone is None:
@@ -81,7 +87,10 @@ def max_age_reaping(ctx: Context) -> Verdict:
     started = time.monotonic()
     with ctx.own_sandbox(max_age_seconds=MAX_AGE_SECONDS) as handle:
         ready = time.monotonic() - started
-        gone = _wait_gone(ctx, handle, started + MAX_AGE_SECONDS + REAP_SLACK, busy=True)
+        busy: list[float] = []
+        gone = _wait_gone(ctx, handle, started + MAX_AGE_SECONDS + REAP_SLACK, busy=busy)
+        if not busy:
+            raise CannotRun("no command succeeded in the sandbox, so it was never busy")
         if gone is None:
             return fail(
                 f"max age {MAX_AGE_SECONDS}s: still there {MAX_AGE_SECONDS + REAP_SLACK:.0f}s "
@@ -89,8 +98,8 @@ def max_age_reaping(ctx: Context) -> Verdict:
             )
         age = gone - started
         text = (
-            f"max age {MAX_AGE_SECONDS}s: ready after {ready:.1f}s, then a command every 2s; "
-            f"reaped {age:.1f}s after the create call"
+            f"max age {MAX_AGE_SECONDS}s: ready after {ready:.1f}s, then {len(busy)} commands, "
+            f"the last {busy[-1] - started:.1f}s in; reaped {age:.1f}s after the create call"
         )
         if age < MAX_AGE_SECONDS - EARLY:
             return fail(f"reaped too early: {text}")
@@ -115,6 +124,10 @@ def guest_cannot_extend(ctx: Context) -> Verdict:
         config = {"stamp": stamp, "api": api}
         argv = ["python3", "-c", source(PROBE), "extend", json.dumps(config)]
         outcome = ctx.backend.exec(handle, argv, timeout=30)
+        if outcome.error or outcome.exit_code != 0:
+            raise CannotRun(
+                f"the guest's attempts did not run: {outcome.error or outcome.exit_code}"
+            )
         active = time.monotonic()
         tried = {}
         lines = outcome.stdout.decode("utf-8", "replace").strip().splitlines()
@@ -142,7 +155,11 @@ def guest_cannot_extend(ctx: Context) -> Verdict:
 def killed_init_recovers(ctx: Context) -> Verdict:
     with ctx.own_sandbox() as handle:
         token = ctx.token()
-        ctx.backend.exec(handle, ["sh", "-c", f"echo {token} > /workspace/{token}"], timeout=30)
+        marked = ctx.backend.exec(
+            handle, ["sh", "-c", f"echo {token} > /workspace/{token}"], timeout=30
+        )
+        if marked.exit_code != 0:
+            raise CannotRun(f"could not write a marker file: {marked.error or marked.exit_code}")
         before = ctx.pod(handle)
         argv = ["python3", "-c", source(PROBE), "kill-init"]
         killed = ctx.backend.exec(handle, argv, timeout=20)

@@ -10,7 +10,7 @@ from typing import Any
 from openblox.conformance.backend import ExecOutcome, Handle
 from openblox.conformance.canaries import NET
 from openblox.conformance.checks.registry import check
-from openblox.conformance.context import CannotRun, Context, Verdict, fail, ok
+from openblox.conformance.context import CannotRun, Context, Verdict, fail, ok, volume_medium
 from openblox.conformance.probes import PROBE, source
 
 MiB = 1 << 20
@@ -33,19 +33,24 @@ def _last_json(outcome: ExecOutcome) -> dict[str, Any] | None:
     return result
 
 
-def _pod_end(ctx: Context, handle: Handle) -> str:
+def _died(ctx: Context, handle: Handle) -> str | None:
+    """How the sandbox's pod died (gone, replaced, container terminated), or None if it
+    shows no sign of it; for backends without a pod, whether it still exists."""
+    if not handle.pod:
+        return None if ctx.backend.exists(handle) else "the sandbox is gone"
     pod = ctx.pod(handle)
     if pod is None:
         return "its pod is gone"
-    notes = []
+    if handle.uid and pod["metadata"].get("uid") != handle.uid:
+        return "its pod was replaced by a new one"
     for status in (pod.get("status") or {}).get("containerStatuses") or []:
-        for key in ("terminated",):
-            state = (status.get("state") or {}).get(key) or (status.get("lastState") or {}).get(key)
+        for where in ("state", "lastState"):
+            state = (status.get(where) or {}).get("terminated")
             if state:
-                notes.append(
-                    f"container {key}: {state.get('reason')} (exit {state.get('exitCode')})"
-                )
-    return "; ".join(notes) or f"pod phase {(pod.get('status') or {}).get('phase')}"
+                return f"container terminated: {state.get('reason')} (exit {state.get('exitCode')})"
+    if (pod.get("metadata") or {}).get("deletionTimestamp"):
+        return "its pod is being deleted"
+    return None
 
 
 @check("RES-001")
@@ -66,19 +71,30 @@ def memory_capped(ctx: Context) -> Verdict:
             if limit and allocated > limit * 1.25:
                 return fail(f"MemoryError only at {_mib(allocated)}, above the {declared}")
             return ok(f"allocation refused (MemoryError) at {_mib(allocated)}; {declared}")
-        time.sleep(3)
-        survived = ctx.backend.exec(handle, ["true"], timeout=30)
-        after = (
-            "the sandbox itself survived and still runs commands"
-            if survived.exit_code == 0
-            else f"the whole sandbox was killed ({_pod_end(ctx, handle)})"
-        )
         if limit and reached * MiB > limit * 1.25:
             return fail(f"got to {reached} MiB before being stopped, above the {declared}")
-        how = (
-            f"the exec broke ({outcome.error[:100]})"
-            if outcome.error
-            else f"the process was killed (exit {outcome.exit_code})"
+        time.sleep(3)
+        died = _died(ctx, handle)
+        if outcome.timed_out:
+            raise CannotRun(
+                f"the allocation neither finished nor was stopped within {outcome.duration:.0f}s"
+            )
+        if outcome.error is None and (outcome.exit_code or 0) >= 128:
+            how = f"the process was killed (exit {outcome.exit_code})"
+        elif outcome.error is not None and died:
+            how = f"the exec broke as the sandbox went down ({outcome.error[:80]})"
+        else:
+            raise CannotRun(
+                f"no verdict from the allocation (exit {outcome.exit_code}, "
+                f"{outcome.error or 'no error'}) and no sign that anything was killed"
+            )
+        survived = ctx.backend.exec(handle, ["true"], timeout=30)
+        after = (
+            f"the whole sandbox was killed ({died})"
+            if died
+            else "the sandbox itself survived and still runs commands"
+            if survived.exit_code == 0
+            else f"the sandbox no longer runs commands ({survived.error or survived.exit_code})"
         )
         return ok(f"{how} after ≥{reached} MiB of {_mib(target)} asked; {declared}; {after}")
 
@@ -97,8 +113,14 @@ def process_cap(ctx: Context) -> Verdict:
         health = _node_health(ctx)
         if result is None:
             progress = re.findall(rb"started (\d+)", outcome.stdout)
+            if not progress or (cap is not None and int(progress[-1]) <= cap):
+                raise CannotRun(
+                    f"the fork bomb was cut short without a verdict (exit {outcome.exit_code}, "
+                    f"timed out {outcome.timed_out}, {outcome.error or 'no error'}; "
+                    f"{int(progress[-1]) if progress else 0} started); {health}"
+                )
             result = {
-                "started": int(progress[-1]) if progress else 0,
+                "started": int(progress[-1]),
                 "stopped": f"the command was cut short (exit {outcome.exit_code}, timed out "
                 f"{outcome.timed_out}, {outcome.error or 'no error'})",
                 "seconds": round(outcome.duration, 1),
@@ -146,7 +168,7 @@ def scratch_capped(ctx: Context) -> Verdict:
     result = ctx.probe("scratch", {"dir": "/tmp", "bytes": target}, timeout=120)
     mount = result.get("mount") or {}
     written = int(result["written"])
-    medium = _volume_medium(ctx, "/tmp")
+    medium = volume_medium(ctx, "/tmp")
     text = (
         f"wrote {_mib(written)} to /tmp ({mount.get('fstype')} inside"
         + (f", an emptyDir of medium {medium or 'disk'} in the pod spec" if medium != "?" else "")
@@ -161,23 +183,6 @@ def scratch_capped(ctx: Context) -> Verdict:
     if mount.get("fstype") not in ("tmpfs", "ramfs") and medium != "Memory":
         return fail(f"scratch is not memory-backed, so it fills the node's disk: {text}")
     return ok(f"{text}: memory-backed, so the node's disk is untouched")
-
-
-def _volume_medium(ctx: Context, path: str) -> str | None:
-    """The emptyDir medium of the pod volume mounted at path: "Memory", "" (node disk),
-    None (not an emptyDir), or "?" when the backend shows no pod."""
-    pod = ctx.pod()
-    if pod is None:
-        return "?"
-    spec = pod.get("spec") or {}
-    mounts = (spec.get("containers") or [{}])[0].get("volumeMounts") or []
-    name = next((m["name"] for m in mounts if m.get("mountPath") == path), None)
-    volume: dict[str, Any] = next(
-        (v for v in spec.get("volumes") or [] if v.get("name") == name), {}
-    )
-    if "emptyDir" not in volume:
-        return None
-    return str((volume.get("emptyDir") or {}).get("medium") or "")
 
 
 @check("RES-004")

@@ -7,7 +7,7 @@ checks judge. Probes that could change shared state (sysctls, the clock) write b
 value they read, so even where they are wrongly allowed they change nothing.
 """
 # Low-level os calls on purpose (it is what a guest's code would do), so no pathlib:
-# ruff: noqa: PTH101, PTH102, PTH106, PTH108, PTH112, PTH114, PTH115, PTH116, PTH118, PTH123, PTH208
+# ruff: noqa: PTH101, PTH102, PTH106, PTH110, PTH108, PTH112, PTH114, PTH115, PTH116, PTH118, PTH123, PTH208
 
 from __future__ import annotations
 
@@ -921,6 +921,59 @@ def extend(config: dict[str, Any]) -> dict[str, Any]:
     return {"tried": tried}
 
 
+def fuse_mount(userns: bool) -> dict[str, Any]:
+    """Mount a FUSE filesystem (served by nobody): proof that /dev/fuse is usable."""
+    fd = os.open("/dev/fuse", os.O_RDWR)
+    target = f"/tmp/openblox-fuse-{os.getpid()}"
+    os.mkdir(target)
+    uid, gid = os.getuid(), os.getgid()
+    if userns:
+        if LIBC.unshare(0x10000000 | 0x00020000) != 0:  # CLONE_NEWUSER | CLONE_NEWNS
+            return {"refused": True, "detail": f"unshare: {libc_errno_text()}"}
+        with open("/proc/self/setgroups", "w") as handle:
+            handle.write("deny")
+        with open("/proc/self/gid_map", "w") as handle:
+            handle.write(f"0 {gid} 1")
+        with open("/proc/self/uid_map", "w") as handle:
+            handle.write(f"0 {uid} 1")
+        uid = gid = 0
+    options = f"fd={fd},rootmode=40000,user_id={uid},group_id={gid}".encode()
+    outcome = _call("mount", b"openblox", target.encode(), b"fuse", 6, options)  # nosuid|nodev
+    if not outcome["refused"]:
+        outcome["detail"] = "a FUSE filesystem was mounted"
+        LIBC.umount2(target.encode(), 2)
+    with contextlib.suppress(OSError):
+        os.rmdir(target)
+    return outcome
+
+
+def tun_interface() -> dict[str, Any]:
+    import fcntl
+
+    fd = os.open("/dev/net/tun", os.O_RDWR)
+    try:
+        request = struct.pack("16sH", b"openblox0", 0x0001 | 0x1000)  # IFF_TUN | IFF_NO_PI
+        fcntl.ioctl(fd, 0x400454CA, request)  # TUNSETIFF
+        return {"refused": False, "detail": "TUNSETIFF made an interface"}
+    except OSError as error:
+        return {"refused": True, "detail": err_text(error)}
+    finally:
+        os.close(fd)
+
+
+def device_use(_: dict[str, Any]) -> dict[str, Any]:
+    """Past opening: can the extra devices gVisor and runtimes add actually be used?"""
+    attempts = []
+    if os.path.exists("/dev/fuse"):
+        attempts.append({"what": "mount FUSE", **in_child(lambda: fuse_mount(False))})
+        attempts.append(
+            {"what": "mount FUSE in a new user namespace", **in_child(lambda: fuse_mount(True))}
+        )
+    if os.path.exists("/dev/net/tun"):
+        attempts.append({"what": "create a tun interface", **in_child(tun_interface)})
+    return {"attempts": attempts}
+
+
 def shmget(config: dict[str, Any]) -> dict[str, Any]:
     """Whether a SysV shared-memory segment with this key exists in our IPC namespace."""
     LIBC.shmget.argtypes = [ctypes.c_int, ctypes.c_size_t, ctypes.c_int]
@@ -963,6 +1016,7 @@ COMMANDS: dict[str, Callable[[dict[str, Any]], Any]] = {
     "extend": extend,
     "kill-init": kill_init,
     "shmget": shmget,
+    "device-use": device_use,
 }
 
 

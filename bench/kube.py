@@ -1,0 +1,670 @@
+"""The cluster side of the benchmarks: namespaces, pods, watches, profiles, the operator.
+
+Watches and writes go over raw JSON (no typed models): the harness should cost as little
+client-side time as it can, so the figures are the cluster's and not the harness's.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import threading
+import time
+import uuid
+from collections import defaultdict
+from collections.abc import Iterator, Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+import urllib3
+from kubernetes import client as k8s
+from kubernetes import config as k8s_config
+from kubernetes.client.exceptions import ApiException
+from kubernetes.watch.watch import iter_resp_lines
+
+from bench import env, procs
+from openblox.builders.pod import build_pod
+from openblox.models import Sandbox, SandboxSpec, parse_profile
+from openblox.names import (
+    GROUP,
+    LABEL_NAMESPACE_OPT_IN,
+    LABEL_SANDBOX,
+    NAMESPACE_OPT_IN_VALUE,
+    PLURAL,
+    PROFILES_CONFIGMAP,
+    VERSION,
+)
+
+BENCH_LABEL = "openblox.sh/bench"
+ADMISSION_CONFIGMAP = "openblox-profile-admission"
+
+# Profiles the benchmark adds to openblox-profiles for its run (and removes at the end).
+# Sandbox pods have requests == limits (Guaranteed QoS), and the gvisor RuntimeClass adds
+# a fixed overhead of 5m CPU and 32Mi memory per pod. The Sentry runs inside the pod's
+# CPU limit, so a limit of a few millicores throttles its boot to tens of seconds.
+
+
+def profile_yaml(cpu: str, memory: str, scratch: str = "16Mi", runtime: str = "gvisor") -> str:
+    return (
+        f"image: {env.SANDBOX_IMAGE}\n"
+        f"runtimeClassName: {runtime}\n"
+        + ("unsafe: true\n" if runtime != "gvisor" else "")
+        + f"resources: {{cpu: {cpu}, memory: {memory}, scratch: {scratch}, processes: 128}}\n"
+        "exec: {timeoutSeconds: 60, outputBytes: 1048576}\n"
+        "lifetime: {idleTimeoutSeconds: 3600, maxAgeSeconds: 3600}\n"
+    )
+
+
+# For creates: enough CPU that the Sentry boots without being throttled much, small
+# enough that ten fit next to what other sessions run on this 2-core node.
+SMALL_PROFILE = "bench-small"
+SMALL_PROFILE_YAML = profile_yaml("100m", "128Mi")
+# For idle density (memory per sandbox, scaling): the least a pod can ask for. 1m + 5m
+# overhead is below the kubelet's 10m minimum CFS quota, so it runs with that minimum.
+IDLE_PROFILE = "bench-idle"
+IDLE_PROFILE_YAML = profile_yaml("1m", "64Mi", scratch="8Mi")
+# A profile whose RuntimeClass does not exist: every Sandbox naming it is reconciled to
+# Ready=False/RuntimeUnavailable and never gets a pod. That is how 1,000 Sandboxes fit
+# on a node where 1,000 pods never could.
+NOPOD_PROFILE = "bench-nopod"
+NOPOD_PROFILE_YAML = profile_yaml("1m", "64Mi", scratch="8Mi", runtime="openblox-bench-none")
+BENCH_PROFILES = {
+    SMALL_PROFILE: SMALL_PROFILE_YAML,
+    IDLE_PROFILE: IDLE_PROFILE_YAML,
+    NOPOD_PROFILE: NOPOD_PROFILE_YAML,
+}
+
+
+class Kube:
+    """Raw JSON access to the API server, shared by every thread of the run."""
+
+    def __init__(self, kubeconfig: str = env.KUBECONFIG) -> None:
+        self.kubeconfig = kubeconfig
+        configuration = k8s.Configuration()
+        k8s_config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
+        configuration.connection_pool_maxsize = 64
+        self.configuration = configuration
+        self.api = k8s.ApiClient(configuration)
+        self.core = k8s.CoreV1Api(self.api)
+        self.custom = k8s.CustomObjectsApi(self.api)
+
+    def send(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        *,
+        query: Mapping[str, Any] | None = None,
+        content_type: str = "application/json",
+        timeout: Any = 60,
+    ) -> Any:
+        """One request; the urllib3 response, unread (raises ApiException unless 2xx)."""
+        headers = {"Accept": "application/json", "Content-Type": content_type}
+        method, url, headers, body, _ = self.api.param_serialize(
+            method,
+            path,
+            query_params=[(k, str(v)) for k, v in (query or {}).items()] or None,
+            header_params=headers,
+            body=body,
+            auth_settings=["BearerToken"],
+        )
+        response = self.api.rest_client.request(
+            method, url, headers=headers, body=body, _request_timeout=timeout
+        ).response
+        if not 200 <= response.status < 300:
+            raise ApiException(http_resp=response)
+        return response
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        *,
+        query: Mapping[str, Any] | None = None,
+        content_type: str = "application/json",
+        timeout: float = 60,
+    ) -> Any:
+        response = self.send(
+            method, path, body, query=query, content_type=content_type, timeout=timeout
+        )
+        data = response.data
+        return json.loads(data) if data else None
+
+    def get(self, path: str, **query: Any) -> Any:
+        return self.request("GET", path, query=query)
+
+    def exists(self, path: str) -> bool:
+        try:
+            self.get(path)
+        except ApiException as error:
+            if error.status == 404:
+                return False
+            raise
+        return True
+
+    def raw_text(self, path: str) -> str:
+        return str(self.send("GET", path).data.decode())
+
+
+def pods_path(namespace: str) -> str:
+    return f"/api/v1/namespaces/{namespace}/pods"
+
+
+def sandboxes_path(namespace: str) -> str:
+    return f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/{PLURAL}"
+
+
+# --------------------------------------------------------------------------- namespaces
+
+
+def make_namespace(kube: Kube, name: str, *, sandboxes: bool) -> str:
+    labels = {BENCH_LABEL: "true"}
+    if sandboxes:
+        labels[LABEL_NAMESPACE_OPT_IN] = NAMESPACE_OPT_IN_VALUE
+    body = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": labels}}
+    try:
+        kube.request("POST", "/api/v1/namespaces", body)
+    except ApiException as error:
+        if error.status != 409:
+            raise
+    # The service account controller must make `default` before a pod can be admitted.
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if kube.exists(f"/api/v1/namespaces/{name}/serviceaccounts/default"):
+            break
+        time.sleep(0.2)
+    return name
+
+
+def delete_namespace(kube: Kube, name: str, *, wait: float = 0) -> float | None:
+    """Deletes a namespace; with wait > 0, returns how long it took to disappear."""
+    started = time.monotonic()
+    with contextlib.suppress(ApiException):
+        kube.request("DELETE", f"/api/v1/namespaces/{name}")
+    if wait <= 0:
+        return None
+    while time.monotonic() - started < wait:
+        if not kube.exists(f"/api/v1/namespaces/{name}"):
+            return time.monotonic() - started
+        time.sleep(0.5)
+    return None
+
+
+def run_id() -> str:
+    return uuid.uuid4().hex[:6]
+
+
+# --------------------------------------------------------------------------- pod specs
+
+
+def bare_pod(name: str, runtime_class: str | None, *, kind: str) -> dict[str, Any]:
+    """The least a pod can be: the sandbox image sleeping, nothing hardened or limited."""
+    spec: dict[str, Any] = {
+        "terminationGracePeriodSeconds": 1,
+        "automountServiceAccountToken": False,
+        "enableServiceLinks": False,
+        "containers": [
+            {
+                "name": "sandbox",
+                "image": env.SANDBOX_IMAGE,
+                "imagePullPolicy": "Never",
+                "command": ["/bin/sleep", "infinity"],
+            }
+        ],
+    }
+    if runtime_class:
+        spec["runtimeClassName"] = runtime_class
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "labels": {BENCH_LABEL: kind}},
+        "spec": spec,
+    }
+
+
+def direct_pod(name: str, namespace: str, profile_name: str, profile_yaml: str) -> dict[str, Any]:
+    """The pod the operator would make for a Sandbox, applied directly by the caller.
+
+    Same builder, same profile; only the sandbox label (which admission reserves for the
+    operator) and the owner reference (there is no Sandbox) are left out.
+    """
+    profile = parse_profile(profile_name, profile_yaml)
+    sandbox = Sandbox(
+        name=name,
+        namespace=namespace,
+        uid=str(uuid.uuid4()),
+        generation=1,
+        creation_timestamp=datetime.now(UTC),
+        spec=SandboxSpec(profile=profile_name),
+    )
+    pod = build_pod(sandbox, profile)
+    metadata = pod["metadata"]
+    metadata.pop("ownerReferences", None)
+    metadata["labels"].pop(LABEL_SANDBOX, None)
+    metadata["labels"][BENCH_LABEL] = "direct"
+    return pod
+
+
+# --------------------------------------------------------------------------- watches
+
+
+class WatchRecorder:
+    """Watches pods or Sandboxes in a namespace and stamps when each reaches each state.
+
+    Stamps are time.monotonic() at receipt, so they compare with the caller's own clock
+    readings; the API server's timestamps have one-second resolution, too coarse here.
+    """
+
+    def __init__(self, kube: Kube, namespace: str, kind: str) -> None:
+        assert kind in ("pods", "sandboxes")
+        self._kube = kube
+        self._path = pods_path(namespace) if kind == "pods" else sandboxes_path(namespace)
+        self._kind = kind
+        self.marks: dict[str, dict[str, float]] = defaultdict(dict)
+        self.detail: dict[str, str] = {}
+        self._cond = threading.Condition()
+        self._stop = threading.Event()
+        self._ready = threading.Event()
+        self._response: Any = None
+        self._thread = threading.Thread(target=self._run, daemon=True, name=f"watch-{kind}")
+        self._thread.start()
+        if not self._ready.wait(30):
+            raise RuntimeError(f"could not start a watch on {self._path}")
+
+    def close(self) -> None:
+        self._stop.set()
+        with contextlib.suppress(Exception):
+            if self._response is not None:
+                self._response.close()
+
+    def __enter__(self) -> WatchRecorder:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+    def _run(self) -> None:
+        version: str | None = None
+        while not self._stop.is_set():
+            try:
+                if version is None:
+                    listing = self._kube.get(self._path)
+                    version = listing["metadata"]["resourceVersion"]
+                    for item in listing.get("items", []):
+                        self._observe("EXISTING", item)
+                    self._ready.set()
+                response = self._kube.send(
+                    "GET",
+                    self._path,
+                    query={
+                        "watch": "true",
+                        "resourceVersion": version,
+                        "allowWatchBookmarks": "true",
+                        "timeoutSeconds": "120",
+                    },
+                    timeout=(10, 180),
+                )
+                self._response = response
+                for line in iter_resp_lines(response):
+                    if self._stop.is_set():
+                        return
+                    event = json.loads(line)
+                    if event["type"] == "ERROR":
+                        if event["object"].get("code") == 410:
+                            version = None
+                        break
+                    version = event["object"]["metadata"]["resourceVersion"]
+                    if event["type"] != "BOOKMARK":
+                        self._observe(event["type"], event["object"])
+            except Exception:  # a cut stream, a closed response, an API hiccup: watch again
+                if self._stop.is_set():
+                    return
+                time.sleep(0.5)
+
+    def _stamp(self, name: str, mark: str, at: float) -> None:
+        self.marks[name].setdefault(mark, at)
+
+    def _observe(self, kind: str, body: Mapping[str, Any]) -> None:
+        at = time.monotonic()
+        name = body["metadata"]["name"]
+        with self._cond:
+            if kind == "EXISTING":
+                self._stamp(name, "existing", at)
+            elif kind == "ADDED":
+                self._stamp(name, "added", at)
+            elif kind == "DELETED":
+                self._stamp(name, "deleted", at)
+            status = body.get("status") or {}
+            conditions = {c.get("type"): c for c in status.get("conditions") or []}
+            if self._kind == "pods":
+                if conditions.get("PodScheduled", {}).get("status") == "True":
+                    self._stamp(name, "scheduled", at)
+                elif conditions.get("PodScheduled", {}).get("reason"):
+                    self.detail[name] = str(conditions["PodScheduled"].get("message"))
+                if status.get("phase") == "Running":
+                    self._stamp(name, "running", at)
+                if status.get("phase") in ("Failed", "Succeeded"):
+                    self._stamp(name, "failed", at)
+                    self.detail[name] = str(status.get("reason") or status.get("message"))
+                if conditions.get("Ready", {}).get("status") == "True":
+                    self._stamp(name, "ready", at)
+            else:
+                ready = conditions.get("Ready", {})
+                if ready.get("status") == "True":
+                    self._stamp(name, "ready", at)
+                elif ready.get("reason"):
+                    self.detail[name] = f"{ready.get('reason')}: {ready.get('message')}"
+                    self._stamp(name, "condition", at)
+            self._cond.notify_all()
+
+    def wait(self, name: str, mark: str, timeout: float, *, fail: str | None = None) -> float:
+        """When name reached mark; raises TimeoutError, or RuntimeError if it hits `fail`."""
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while True:
+                marks = self.marks.get(name, {})
+                if mark in marks:
+                    return marks[mark]
+                if fail and fail in marks:
+                    raise RuntimeError(f"{name}: {self.detail.get(name, fail)}")
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise TimeoutError(
+                        f"{name} did not reach {mark} within {timeout:.0f}s "
+                        f"({self.detail.get(name, 'no detail')})"
+                    )
+                self._cond.wait(min(remaining, 1.0))
+
+    def count(self, mark: str, names: set[str] | None = None) -> int:
+        with self._cond:
+            return sum(
+                1
+                for name, marks in self.marks.items()
+                if mark in marks and (names is None or name in names)
+            )
+
+
+# --------------------------------------------------------------------------- profiles
+
+
+@contextlib.contextmanager
+def bench_profiles(kube: Kube, notes: list[str]) -> Iterator[None]:
+    """Adds the benchmark's profiles to openblox-profiles, and removes them afterwards."""
+    ensure_bench_profiles(kube)
+    try:
+        yield
+    finally:
+        remove_bench_profiles(kube, notes)
+
+
+def ensure_bench_profiles(kube: Kube, timeout: float = 90) -> None:
+    path = f"/api/v1/namespaces/{env.OPERATOR_NAMESPACE}/configmaps/{PROFILES_CONFIGMAP}"
+    current = (kube.get(path).get("data")) or {}
+    if any(current.get(key) != value for key, value in BENCH_PROFILES.items()):
+        kube.request(
+            "PATCH",
+            path,
+            {"data": BENCH_PROFILES},
+            content_type="application/merge-patch+json",
+        )
+    # Admission accepts a profile once the operator has published it there.
+    admission = f"/api/v1/namespaces/{env.OPERATOR_NAMESPACE}/configmaps/{ADMISSION_CONFIGMAP}"
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with contextlib.suppress(ApiException):
+            published = kube.get(admission).get("data") or {}
+            if all(key in published for key in BENCH_PROFILES):
+                return
+        time.sleep(0.5)
+    raise RuntimeError(
+        f"the operator did not publish the benchmark profiles within {timeout:.0f}s "
+        "(is it running?)"
+    )
+
+
+def remove_bench_profiles(kube: Kube, notes: list[str]) -> None:
+    path = f"/api/v1/namespaces/{env.OPERATOR_NAMESPACE}/configmaps/{PROFILES_CONFIGMAP}"
+    try:
+        kube.request(
+            "PATCH",
+            path,
+            {"data": dict.fromkeys(BENCH_PROFILES)},
+            content_type="application/merge-patch+json",
+        )
+    except ApiException as error:
+        notes.append(f"could not remove the benchmark profiles: {error.status} {error.reason}")
+
+
+# --------------------------------------------------------------------------- the operator
+
+
+class Operator:
+    """The running operator's process on this node: memory, CPU, and its metrics."""
+
+    def __init__(self, kube: Kube) -> None:
+        self._kube = kube
+
+    def pod(self) -> dict[str, Any]:
+        pods = self._kube.get(
+            pods_path(env.OPERATOR_NAMESPACE),
+            labelSelector="app.kubernetes.io/name=openblox-operator",
+        )["items"]
+        running = [p for p in pods if (p.get("status") or {}).get("phase") == "Running"]
+        if not running:
+            raise RuntimeError("no running operator pod in openblox-system")
+        return dict(running[0])
+
+    def pids(self) -> list[int]:
+        uid = self.pod()["metadata"]["uid"]
+        containers = env.crictl_json("ps", "--label", f"io.kubernetes.pod.uid={uid}")
+        table = procs.processes()
+        roots = []
+        for container in containers.get("containers", []):
+            info = env.crictl_json("inspect", container["id"]).get("info", {})
+            if info.get("pid"):
+                roots.append(int(info["pid"]))
+        if not roots:
+            raise RuntimeError("could not find the operator's process")
+        return procs.descendants(table, roots)
+
+    def restarts(self) -> int:
+        statuses = (self.pod().get("status") or {}).get("containerStatuses") or []
+        return sum(int(s.get("restartCount", 0)) for s in statuses)
+
+    def sample(self) -> dict[str, Any]:
+        pids = self.pids()
+        memory = procs.memory_of(pids)
+        cgroup = procs.memory_cgroup(pids[0])
+        return {
+            "pids": pids,
+            "rss": memory["rss"],
+            "pss": memory["pss"],
+            "cpu_seconds": procs.cpu_seconds(pids),
+            "cgroup": procs.cgroup_memory(cgroup) if cgroup else {},
+            "at": time.monotonic(),
+        }
+
+    def metrics(self) -> dict[str, float]:
+        """The operator's own Prometheus metrics, read from its pod IP (empty if unreachable)."""
+        ip = (self.pod().get("status") or {}).get("podIP")
+        if not ip:
+            return {}
+        try:
+            response = urllib3.PoolManager().request(
+                "GET", f"http://{ip}:9090/metrics", timeout=5, retries=False
+            )
+        except urllib3.exceptions.HTTPError:
+            return {}
+        return parse_prometheus(response.data.decode())
+
+
+def parse_prometheus(text: str) -> dict[str, float]:
+    values: dict[str, float] = {}
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        key, _, value = line.rpartition(" ")
+        with contextlib.suppress(ValueError):
+            values[key] = float(value)
+    return values
+
+
+# --------------------------------------------------------------------------- API request counting
+
+# One FlowSchema per resource, matching only the operator's ServiceAccount and sending it
+# to the priority level it gets anyway (workload-low, like every service account): the API
+# server then counts the operator's requests per schema in
+# apiserver_flowcontrol_dispatched_requests_total. Long-running requests other than
+# watches (pods/exec) bypass flow control and are not counted there.
+FLOW_RESOURCES = (
+    ("sandboxes", GROUP, ["sandboxes"]),
+    ("sandboxes-status", GROUP, ["sandboxes/status"]),
+    ("pods", "", ["pods", "pods/status"]),
+    ("events", "*", ["events"]),
+    ("namespaces", "", ["namespaces"]),
+    ("runtimeclasses", "node.k8s.io", ["runtimeclasses"]),
+    ("networkpolicies", "networking.k8s.io", ["networkpolicies"]),
+    ("leases-peering", "*", ["leases", "clusterkopfpeerings", "kopfpeerings"]),
+    ("configmaps", "", ["configmaps"]),
+)
+FLOW_PREFIX = "openblox-bench-op-"
+
+
+class FlowCounter:
+    def __init__(self, kube: Kube) -> None:
+        self._kube = kube
+        self.names: list[str] = []
+
+    def _schema(self, name: str, precedence: int, rule: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "apiVersion": "flowcontrol.apiserver.k8s.io/v1",
+            "kind": "FlowSchema",
+            "metadata": {"name": name, "labels": {BENCH_LABEL: "true"}},
+            "spec": {
+                "priorityLevelConfiguration": {"name": "workload-low"},
+                "matchingPrecedence": precedence,
+                "distinguisherMethod": {"type": "ByUser"},
+                "rules": [
+                    {
+                        "subjects": [
+                            {
+                                "kind": "ServiceAccount",
+                                "serviceAccount": {
+                                    "name": env.OPERATOR_SERVICE_ACCOUNT,
+                                    "namespace": env.OPERATOR_NAMESPACE,
+                                },
+                            }
+                        ],
+                        **rule,
+                    }
+                ],
+            },
+        }
+
+    def install(self) -> None:
+        path = "/apis/flowcontrol.apiserver.k8s.io/v1/flowschemas"
+        schemas = []
+        for index, (label, group, resources) in enumerate(FLOW_RESOURCES):
+            rule = {
+                "resourceRules": [
+                    {
+                        "verbs": ["*"],
+                        "apiGroups": [group],
+                        "resources": resources,
+                        "namespaces": ["*"],
+                        "clusterScope": True,
+                    }
+                ]
+            }
+            schemas.append(self._schema(FLOW_PREFIX + label, 1000 + index, rule))
+        other = {
+            "resourceRules": [
+                {
+                    "verbs": ["*"],
+                    "apiGroups": ["*"],
+                    "resources": ["*"],
+                    "namespaces": ["*"],
+                    "clusterScope": True,
+                }
+            ],
+            "nonResourceRules": [{"verbs": ["*"], "nonResourceURLs": ["*"]}],
+        }
+        schemas.append(self._schema(FLOW_PREFIX + "other", 1099, other))
+        for schema in schemas:
+            try:
+                self._kube.request("POST", path, schema)
+            except ApiException as error:
+                if error.status != 409:
+                    raise
+            self.names.append(schema["metadata"]["name"])
+
+    def remove(self) -> None:
+        for name in self.names:
+            with contextlib.suppress(ApiException):
+                self._kube.request(
+                    "DELETE", f"/apis/flowcontrol.apiserver.k8s.io/v1/flowschemas/{name}"
+                )
+        self.names.clear()
+
+    def read(self) -> dict[str, float]:
+        counts: dict[str, float] = dict.fromkeys(
+            [label for label, _, _ in FLOW_RESOURCES] + ["other"], 0.0
+        )
+        for key, value in parse_prometheus(self._kube.raw_text("/metrics")).items():
+            if not key.startswith("apiserver_flowcontrol_dispatched_requests_total{"):
+                continue
+            marker = f'flow_schema="{FLOW_PREFIX}'
+            if marker in key:
+                label = key.split(marker, 1)[1].split('"', 1)[0]
+                counts[label] = counts.get(label, 0.0) + value
+        return counts
+
+
+# --------------------------------------------------------------------------- pods on the node
+
+
+def node_pods(namespace: str) -> dict[str, dict[str, Any]]:
+    """Pod name -> its pod sandbox ID and container IDs, as containerd knows them."""
+    sandboxes = env.crictl_json("pods", "--namespace", namespace, "--state", "ready")
+    containers = env.crictl_json("ps", "--state", "running")
+    found: dict[str, dict[str, Any]] = {}
+    by_id: dict[str, dict[str, Any]] = {}
+    for item in sandboxes.get("items", []):
+        entry = {"sandbox_id": item["id"], "container_ids": [], "uid": item["metadata"]["uid"]}
+        found[item["metadata"]["name"]] = entry
+        by_id[item["id"]] = entry
+    for container in containers.get("containers", []):
+        entry = by_id.get(container["podSandboxId"])
+        if entry is not None:
+            entry["container_ids"].append(container["id"])
+    return found
+
+
+def pod_memory(pods: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    """Host memory of each pod: its shims and everything under them, and its pod cgroup."""
+    table = procs.processes()
+    per_pod = {}
+    for name, ids in pods.items():
+        shims = procs.shims_for(table, [ids["sandbox_id"], *ids["container_ids"]])
+        pids = procs.descendants(table, shims)
+        memory = procs.memory_of(pids)
+        cgroup = None
+        for pid in pids:
+            path = procs.memory_cgroup(pid)
+            if path is not None and f"pod{ids['uid']}" in str(path):
+                cgroup = path
+                while cgroup.name != f"pod{ids['uid']}" and cgroup != cgroup.parent:
+                    cgroup = cgroup.parent
+                break
+        memory["cgroup"] = procs.cgroup_memory(cgroup) if cgroup else {}
+        per_pod[name] = memory
+    return per_pod
+
+
+def use_bench_profiles(ctx: Any) -> None:
+    """Makes sure the benchmark profiles are there; the run removes them at its end."""
+    ensure_bench_profiles(ctx.kube)
+    if not ctx.shared.get("profiles"):
+        ctx.shared["profiles"] = True
+        ctx.cleanups.callback(remove_bench_profiles, ctx.kube, ctx.run.notes)

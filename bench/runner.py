@@ -1,0 +1,248 @@
+"""Runs the sections in order, records the machine and its load, writes the results."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import signal
+import sys
+import time
+import traceback
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import FrameType, ModuleType
+from typing import Any
+
+from bench import env, report
+from bench.results import Run, Section
+from bench.sections import (
+    cluster_up,
+    create,
+    exec_latency,
+    files,
+    jobs,
+    operator_cost,
+    scaling,
+    syscalls,
+)
+
+# Order of a full run: the cheap and quiet first, the ones that fill the node last.
+SECTIONS: dict[str, ModuleType] = {
+    "syscalls": syscalls,
+    "create": create,
+    "exec": exec_latency,
+    "files": files,
+    "jobs": jobs,
+    "operator": operator_cost,
+    "memory": scaling,
+    "scaling": scaling,
+    "cluster-up": cluster_up,
+}
+# Run only when asked for by name: it restarts the cluster everyone else is using.
+EXPLICIT_ONLY = {"cluster-up"}
+
+
+@dataclass
+class Context:
+    """What sections share: the run's options, the cluster, and cleanups for the end."""
+
+    quick: bool
+    run: Run
+    args: argparse.Namespace
+    run_id: str
+    selected: list[str]
+    cleanups: contextlib.ExitStack = field(default_factory=contextlib.ExitStack)
+    shared: dict[str, Any] = field(default_factory=dict)
+    _kube: Any = None
+
+    @property
+    def kube(self) -> Any:
+        if self._kube is None:
+            from bench.kube import Kube
+
+            self._kube = Kube()
+        return self._kube
+
+    def n(self, full: int, quick: int) -> int:
+        """An iteration count: the full one, or the smoke test's."""
+        return quick if self.quick else full
+
+    def seconds(self, full: float, quick: float) -> float:
+        return quick if self.quick else full
+
+    def log(self, message: str) -> None:
+        elapsed = time.monotonic() - self.run.t0
+        print(f"[bench {elapsed:7.1f}s] {message}", file=sys.stderr, flush=True)
+
+
+def _interrupt(signum: int, _frame: FrameType | None) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
+    parser.add_argument("--quick", action="store_true", help="tiny iteration counts (smoke test)")
+    parser.add_argument(
+        "--only",
+        default="",
+        help=f"comma-separated sections: {', '.join(SECTIONS)} "
+        "(cluster-up runs only when named here)",
+    )
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="results directory (default docs/benchmarks, or docs/benchmarks/quick with --quick)",
+    )
+    parser.add_argument(
+        "--scale-max",
+        type=int,
+        default=200,
+        help="live sandboxes the scaling section aims for (default 200)",
+    )
+    parser.add_argument(
+        "--cold",
+        action="store_true",
+        help="cluster-up: also time a cold `up` with an empty build cache (hours on 2 cores)",
+    )
+    parser.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
+    return parser.parse_args(argv)
+
+
+def _select(args: argparse.Namespace) -> list[str]:
+    if not args.only:
+        return [name for name in SECTIONS if name not in EXPLICIT_ONLY]
+    wanted = [name.strip() for name in args.only.split(",") if name.strip()]
+    unknown = [name for name in wanted if name not in SECTIONS]
+    if unknown:
+        raise SystemExit(f"unknown section(s): {', '.join(unknown)}; known: {', '.join(SECTIONS)}")
+    return [name for name in SECTIONS if name in wanted]
+
+
+def _previous(out: Path) -> dict[str, Any]:
+    try:
+        data: dict[str, Any] = json.loads((out / "results.json").read_text())
+    except (OSError, ValueError):
+        return {}
+    return data
+
+
+@contextlib.contextmanager
+def _timed(ctx: Context, sections: list[Section]) -> Iterator[None]:
+    started = time.monotonic()
+    for section in sections:
+        section.started = env.now_iso()
+        section.load_before = env.loadavg()
+        section.status = "running"
+        section.error = None
+        ctx.log(f"section {section.name}: load {section.load_before}")
+    try:
+        yield
+        for section in sections:
+            section.status = "ok" if section.status == "running" else section.status
+    except KeyboardInterrupt:
+        for section in sections:
+            section.status = "interrupted"
+            section.error = "interrupted"
+        raise
+    except Exception as error:
+        text = "".join(traceback.format_exception(error))[-4000:]
+        for section in sections:
+            section.status = "failed"
+            section.error = text
+        ctx.log(f"section(s) {', '.join(s.name for s in sections)} failed: {error!r}")
+    finally:
+        for section in sections:
+            section.seconds = round(time.monotonic() - started, 1)
+            section.load_after = env.loadavg()
+            ctx.log(f"section {section.name}: {section.status} in {section.seconds}s")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    selected = _select(args)
+    out: Path = args.out or (env.RESULTS_DIR / "quick" if args.quick else env.RESULTS_DIR)
+    out.mkdir(parents=True, exist_ok=True)
+    signal.signal(signal.SIGTERM, _interrupt)
+
+    from bench.kube import run_id
+
+    run = Run(quick=args.quick, machine=env.machine())
+    ctx = Context(args.quick, run, args, run_id(), selected)
+    ctx.log(f"sections: {', '.join(selected)}; results to {out}")
+    if args.only:
+        # A partial run updates the sections it ran and keeps the rest of the last results.
+        previous = _previous(out)
+        run.notes.extend(previous.get("notes") or [])
+        for name, data in (previous.get("sections") or {}).items():
+            if name not in selected:
+                run.sections[name] = _section_from(data)
+
+    def write() -> None:
+        run.finished = env.now_iso()
+        run.seconds = round(time.monotonic() - run.t0, 1)
+        report.write(run, out, plots=not args.no_plots)
+
+    interrupted = False
+    done: set[Callable[..., Any]] = set()
+    try:
+        with ctx.cleanups:
+            for name in selected:
+                module = SECTIONS[name]
+                for section_name in getattr(module, "PRODUCES", [name]):
+                    run.sections.setdefault(
+                        section_name, Section(section_name, module.TITLES[section_name])
+                    )
+                if module.run in done:
+                    continue  # one module serves two names (memory and scaling share a ramp)
+                done.add(module.run)
+                sections = [
+                    run.sections[n] for n in getattr(module, "PRODUCES", [name]) if n in selected
+                ]
+                with _timed(ctx, sections):
+                    module.run(ctx, *sections)
+                write()
+    except KeyboardInterrupt:
+        interrupted = True
+        run.notes.append("the run was interrupted; sections not marked ok are incomplete")
+    finally:
+        write()
+    ctx.log(f"wrote {out / 'results.md'}")
+    return 130 if interrupted else 0
+
+
+def _section_from(data: dict[str, Any]) -> Section:
+    from bench.results import Figure
+
+    section = Section(data["name"], data["title"])
+    for key in (
+        "notes",
+        "tables",
+        "plots",
+        "series",
+        "status",
+        "error",
+        "started",
+        "seconds",
+        "load_before",
+        "load_after",
+    ):
+        setattr(section, key, data.get(key, getattr(section, key)))
+    for figure in data.get("figures", []):
+        section.figures.append(
+            Figure(
+                figure["key"],
+                figure["title"],
+                figure["unit"],
+                figure.get("samples") or [],
+                figure.get("value"),
+                figure.get("baseline"),
+                figure.get("floor"),
+                figure.get("higher_is_better", False),
+                figure.get("notes", ""),
+                figure.get("extra") or {},
+            )
+        )
+    return section

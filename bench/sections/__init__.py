@@ -1,0 +1,1 @@
+"""One module per section; each has TITLES and run(ctx, *sections)."""
