@@ -562,9 +562,24 @@ class FlowCounter:
             },
         }
 
-    def install(self) -> None:
+    def install(self, namespace: str | None = None) -> None:
+        """Per-resource schemas for the operator; with a namespace, a first set that
+        matches only requests in that namespace, so those are counted exactly."""
         path = "/apis/flowcontrol.apiserver.k8s.io/v1/flowschemas"
         schemas = []
+        if namespace:
+            for index, (label, group, resources) in enumerate(FLOW_RESOURCES):
+                rule = {
+                    "resourceRules": [
+                        {
+                            "verbs": ["*"],
+                            "apiGroups": [group],
+                            "resources": resources,
+                            "namespaces": [namespace],
+                        }
+                    ]
+                }
+                schemas.append(self._schema(f"{FLOW_PREFIX}ns-{label}", 1000 + index, rule))
         for index, (label, group, resources) in enumerate(FLOW_RESOURCES):
             rule = {
                 "resourceRules": [
@@ -577,7 +592,7 @@ class FlowCounter:
                     }
                 ]
             }
-            schemas.append(self._schema(FLOW_PREFIX + label, 1000 + index, rule))
+            schemas.append(self._schema(FLOW_PREFIX + label, 1050 + index, rule))
         other = {
             "resourceRules": [
                 {
@@ -608,16 +623,15 @@ class FlowCounter:
         self.names.clear()
 
     def read(self) -> dict[str, float]:
-        counts: dict[str, float] = dict.fromkeys(
-            [label for label, _, _ in FLOW_RESOURCES] + ["other"], 0.0
-        )
+        """Requests dispatched so far per schema label (`ns-pods`, `pods`, ..., `other`)."""
+        counts: dict[str, float] = {}
+        marker = f'flow_schema="{FLOW_PREFIX}'
         for key, value in parse_prometheus(self._kube.raw_text("/metrics")).items():
-            if not key.startswith("apiserver_flowcontrol_dispatched_requests_total{"):
-                continue
-            marker = f'flow_schema="{FLOW_PREFIX}'
-            if marker in key:
+            if key.startswith("apiserver_flowcontrol_dispatched_requests_total{") and marker in key:
                 label = key.split(marker, 1)[1].split('"', 1)[0]
                 counts[label] = counts.get(label, 0.0) + value
+        for name in self.names:
+            counts.setdefault(name.removeprefix(FLOW_PREFIX), 0.0)
         return counts
 
 

@@ -197,6 +197,9 @@ root = "$RUN/runsc"
 [runsc_config]
   network = "none"
   platform = "systrap"
+  # Apply the pod's seccomp profile (RuntimeDefault) inside the Sentry as well: without
+  # it, unshare(CLONE_NEWUSER) and what follows (FUSE mounts) succeed in the guest.
+  oci-seccomp = "true"
   ${OPENBLOX_RUNSC_DEBUG:+debug = "true"}
   ${OPENBLOX_RUNSC_DEBUG:+debug-log = "$STATE/logs/runsc/"}
 EOF

@@ -8,6 +8,10 @@
 # OPENBLOX_CONFORMANCE_JOB_IMAGE: run the Job from this image instead of
 # openblox.local/operator:0.1.0 (any image with the openblox package at /opt/openblox).
 set -euo pipefail
+# The embedded cluster's admin kubeconfig when none is configured.
+if [[ -z ${KUBECONFIG:-} && ! -f $HOME/.kube/config && -f /var/lib/openblox/cluster/admin.kubeconfig ]]; then
+  export KUBECONFIG=/var/lib/openblox/cluster/admin.kubeconfig
+fi
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ns=openblox-conformance
 job=openblox-conformance
@@ -36,9 +40,9 @@ while ((SECONDS < deadline)); do
 done
 
 logs=$(kubectl logs -n "$ns" "job/$job" 2>/dev/null || true)
-# Progress lines, then the JSON document: it starts at a line that is just "{".
-sed -n '/^{$/,$!p' <<<"$logs" >&2
-scorecard=$(sed -n '/^{$/,$p' <<<"$logs")
+# Progress lines, then the JSON document: from a line that is just "{" to one that is "}".
+sed '/^{$/,/^}$/d' <<<"$logs" >&2
+scorecard=$(sed -n '/^{$/,/^}$/p' <<<"$logs")
 [[ $keep == --keep ]] || kubectl delete job -n "$ns" "$job" --wait=false >/dev/null 2>&1 || true
 
 if [[ -z $scorecard ]]; then

@@ -11,14 +11,19 @@ written under pytest's temporary directory.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import replace
 from pathlib import Path
+from typing import Any, ClassVar, cast
 
 import pytest
 
+from openblox.conformance.backend import Capability
 from openblox.conformance.checks import CHECKS
-from openblox.conformance.properties import PROPERTIES, Category
-from openblox.conformance.runner import run_suite
+from openblox.conformance.context import CannotRun, Context, Verdict, fail, ok
+from openblox.conformance.properties import PROPERTIES, Category, Property
+from openblox.conformance.runner import evaluate, run_suite
 from openblox.conformance.scorecard import Scorecard, Status
 from openblox.conformance.settings import Settings
 from tests.cluster.kube import Kube
@@ -91,6 +96,53 @@ def test_every_property_has_a_check_and_a_documented_id() -> None:
     readme = (REPO / "docs" / "conformance" / "README.md").read_text()
     assert [i for i in ids if f"| {i} |" not in readme] == []
     assert set(KNOWN_GAPS) | BARE_RUNC_FAILS | BARE_RUNC_EITHER <= set(ids)
+
+
+class _FakeBackend:
+    name = "fake"
+    unsupported: ClassVar[dict[Capability, str]] = {Capability.LIFETIME: "no reaper here"}
+    control_plane = None
+
+
+class _FakeContext:
+    backend = _FakeBackend()
+    grace = 0.0
+
+    def extra_time(self) -> float:
+        return self.grace
+
+
+def _evaluate_with(check: Callable[[Any], Verdict], prop: Property) -> tuple[Status, str]:
+    saved = CHECKS[prop.id]
+    CHECKS[prop.id] = check
+    try:
+        return evaluate(cast(Context, _FakeContext()), prop)
+    finally:
+        CHECKS[prop.id] = saved
+
+
+def test_a_property_that_cannot_run_fails_with_the_reason() -> None:
+    def broken(_: Any) -> Verdict:
+        raise CannotRun("the backend could not create a sandbox: no capacity")
+
+    status, evidence = _evaluate_with(broken, PROPERTIES[0])
+    assert status is Status.FAIL
+    assert evidence == "could not run: the backend could not create a sandbox: no capacity"
+
+
+def test_a_hung_property_is_cut_at_its_deadline() -> None:
+    prop = replace(PROPERTIES[0], deadline_seconds=0.5)
+    started = time.monotonic()
+    status, evidence = _evaluate_with(lambda _: time.sleep(30) or ok("never"), prop)
+    assert status is Status.FAIL and "deadline" in evidence
+    assert time.monotonic() - started < 5
+
+
+def test_an_unsupported_tier_is_reported_with_the_backends_reason() -> None:
+    prop = next(p for p in PROPERTIES if p.requires is Capability.LIFETIME)
+    assert _evaluate_with(lambda _: ok("ran"), prop) == (Status.UNSUPPORTED, "no reaper here")
+    other = next(p for p in PROPERTIES if p.requires is None)
+    assert _evaluate_with(lambda _: fail("seen"), other) == (Status.FAIL, "seen")
 
 
 # ---------------------------------------------------------------------- on the cluster

@@ -21,8 +21,10 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
+import yaml
 
 REPO = Path(__file__).resolve().parents[2]
 SKIP_DIRS = {
@@ -408,3 +410,39 @@ def test_make_mentions_are_read_from_code_only(tmp_path: Path) -> None:
     document = tmp_path / "doc.md"
     document.write_text("Make sure to run `make up`, then:\n\n```sh\nmake test\n```\n")
     assert make_mentions(document) == {"up", "test"}
+
+
+# Figures the documents copy from manifests: checked here so an edit to one shows up in
+# the other.
+
+
+def _runtime_classes() -> dict[str, Any]:
+    found = {}
+    for path in sorted((REPO / "runtimeclasses").glob("*.yaml")):
+        document = yaml.safe_load(path.read_text())
+        if document.get("kind") == "RuntimeClass":
+            found[document["metadata"]["name"]] = document
+    return found
+
+
+def test_documented_runtime_class_overheads_match_the_manifests() -> None:
+    runtimes = (REPO / "docs" / "runtimes.md").read_text()
+    architecture = (REPO / "ARCHITECTURE.md").read_text()
+    production = (REPO / "docs" / "production.md").read_text()
+    for name, runtime_class in _runtime_classes().items():
+        overhead = runtime_class["overhead"]["podFixed"]
+        memory, cpu = overhead["memory"], overhead["cpu"]
+        row = f"| `{name}` | `{runtime_class['handler']}` | {memory} memory, {cpu} CPU"
+        assert row in runtimes, f"docs/runtimes.md lacks the row starting {row!r}"
+        assert f"{memory} memory and {cpu} CPU" in architecture, (name, memory, cpu)
+        label = {"gvisor": "gVisor", "kata": "Kata"}[name]
+        assert f"{label}: {cpu}, {memory}" in production, (name, memory, cpu)
+
+
+def test_documented_shipped_profiles_match_the_manifests() -> None:
+    profiles = yaml.safe_load((REPO / "manifests" / "profiles.yaml").read_text())["data"]
+    production = (REPO / "docs" / "production.md").read_text()
+    for name, text in profiles.items():
+        resources = yaml.safe_load(text)["resources"]
+        row = f"| shipped `{name}` | {resources['cpu']} | {resources['memory']} |"
+        assert row in production, f"docs/production.md lacks the row starting {row!r}"

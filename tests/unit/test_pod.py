@@ -71,7 +71,12 @@ def test_the_profile_shapes_the_pod() -> None:
     assert container(pod)["command"] == ["/bin/sleep", "1e9"]
     limits = {"cpu": "2", "memory": "4Gi", "ephemeral-storage": "1Gi"}
     assert container(pod)["resources"] == {"requests": limits, "limits": limits}
-    assert [volume["emptyDir"]["sizeLimit"] for volume in spec["volumes"]] == ["1Gi", "1Gi", "16Mi"]
+    assert [volume["emptyDir"]["sizeLimit"] for volume in spec["volumes"]] == [
+        "1Gi",
+        "1Gi",
+        "16Mi",
+        "16Mi",
+    ]
 
 
 def test_max_age_is_enforced_by_the_kubelet_too() -> None:
@@ -85,12 +90,17 @@ def test_refuses_a_sandbox_that_outlives_its_profile() -> None:
         build_pod(make_sandbox(spec={"maxAgeSeconds": 7200}), default_profile())
 
 
-def test_only_the_scratch_and_state_volumes_are_writable() -> None:
+def test_only_the_scratch_state_and_shm_volumes_are_writable() -> None:
     pod = build_pod(make_sandbox(), default_profile())
 
     assert container(pod)["securityContext"]["readOnlyRootFilesystem"] is True
     mounts = {mount["mountPath"]: mount["name"] for mount in container(pod)["volumeMounts"]}
-    assert mounts == {"/tmp": "tmp", "/workspace": "workspace", "/run/openblox": "state"}
+    assert mounts == {
+        "/tmp": "tmp",
+        "/workspace": "workspace",
+        "/run/openblox": "state",
+        "/dev/shm": "shm",
+    }
     assert all(volume["emptyDir"]["medium"] == "Memory" for volume in pod["spec"]["volumes"])
 
 

@@ -57,6 +57,18 @@ def is_owned_by(pod: Mapping[str, Any], sandbox: Sandbox) -> bool:
     )
 
 
+KUBELET_SERVICE_VARIABLES = (
+    "KUBERNETES_SERVICE_HOST",
+    "KUBERNETES_SERVICE_PORT",
+    "KUBERNETES_SERVICE_PORT_HTTPS",
+    "KUBERNETES_PORT",
+    "KUBERNETES_PORT_443_TCP",
+    "KUBERNETES_PORT_443_TCP_PROTO",
+    "KUBERNETES_PORT_443_TCP_PORT",
+    "KUBERNETES_PORT_443_TCP_ADDR",
+)
+
+
 def build_pod(sandbox: Sandbox, profile: Profile) -> dict[str, Any]:
     """The complete Pod manifest; raises LifetimeTooLong if the Sandbox outlives its profile."""
     resources = profile.resources
@@ -113,6 +125,9 @@ def build_pod(sandbox: Sandbox, profile: Profile) -> dict[str, Any]:
                     "env": [
                         {"name": "HOME", "value": WORKSPACE_DIR},
                         {"name": "TMPDIR", "value": TMP_DIR},
+                        # The kubelet adds the API server's address to every container,
+                        # enableServiceLinks or not; an explicit empty value wins.
+                        *({"name": name, "value": ""} for name in KUBELET_SERVICE_VARIABLES),
                     ],
                     "securityContext": {
                         "allowPrivilegeEscalation": False,
@@ -128,6 +143,8 @@ def build_pod(sandbox: Sandbox, profile: Profile) -> dict[str, Any]:
                         {"name": "tmp", "mountPath": TMP_DIR},
                         {"name": "workspace", "mountPath": WORKSPACE_DIR},
                         {"name": "state", "mountPath": STATE_DIR},
+                        # Otherwise the runtime's own /dev/shm: writable and outside the budget.
+                        {"name": "shm", "mountPath": "/dev/shm"},
                     ],
                 }
             ],
@@ -136,6 +153,7 @@ def build_pod(sandbox: Sandbox, profile: Profile) -> dict[str, Any]:
                 _memory_volume("tmp", resources.scratch.text),
                 _memory_volume("workspace", resources.scratch.text),
                 _memory_volume("state", STATE_VOLUME_SIZE.text),
+                _memory_volume("shm", STATE_VOLUME_SIZE.text),
             ],
         },
     }

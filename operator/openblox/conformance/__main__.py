@@ -106,14 +106,16 @@ def main(argv: list[str] | None = None) -> int:
         stem = slug("-".join(t.name for t in card.targets))
         json_path, md_path = card.write(out, stem)
         print(f"scorecard: {json_path} {md_path}", file=sys.stderr)
-    if args.json:
-        print(json.dumps(card.to_json(), indent=2))
     for name, counts in card.summary().items():
         print(
             f"{name}: {counts['pass']} pass, {counts['fail']} fail, "
             f"{counts['unsupported']} unsupported in {card.seconds:.0f}s",
             file=sys.stderr,
+            flush=True,
         )
+    if args.json:
+        # Last, so that in a Job's log (stdout and stderr together) it is one block.
+        print(json.dumps(card.to_json(), indent=2), flush=True)
     return 1 if card.failures() else 0
 
 
