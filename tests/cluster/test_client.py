@@ -125,6 +125,16 @@ def test_output_flood_is_capped_and_the_sandbox_stays_usable(box: Sandbox) -> No
     assert box.exec(["echo", "still here"]).stdout == b"still here\n"
 
 
+def test_the_command_cannot_write_into_the_supervisors_stream(box: Sandbox) -> None:
+    """The supervisor is not dumpable, so its /proc entries are closed to the command, and
+    the client enforces the cap itself whatever arrives."""
+    result = box.exec(
+        ["sh", "-c", "(echo forged > /proc/$PPID/fd/1) 2>/dev/null && echo WROTE || echo REFUSED"],
+        output_limit=1000,
+    )
+    assert result.stdout == b"REFUSED\n"
+
+
 def test_a_call_may_lower_but_not_raise_the_profiles_limits(box: Sandbox) -> None:
     with pytest.raises(InvalidArgument, match="above the profile"):
         box.exec(["true"], timeout=10_000)

@@ -19,6 +19,7 @@ import sys
 import time
 
 PR_SET_CHILD_SUBREAPER = 36
+PR_SET_DUMPABLE = 4
 CHUNK = 65536
 
 
@@ -85,7 +86,12 @@ def main() -> None:
     deadline = time.monotonic() + float(config["timeout"])
     cap = int(config["cap"])
     try:
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+        # Not dumpable: the command (same uid) cannot open /proc/<this>/fd/1 to forge
+        # frames, nor ptrace this process. It can still kill it; the caller's own
+        # deadline and output cap hold regardless.
+        libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
     except (OSError, AttributeError):
         pass
     out_r, out_w = os.pipe()

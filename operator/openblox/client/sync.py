@@ -450,7 +450,7 @@ class Sandbox:
         if stdin is not None:
             sender = threading.Thread(target=_send_all, args=(socket, stdin), daemon=True)
             sender.start()
-        decoder = _FrameDecoder()
+        decoder = _FrameDecoder(int(config["cap"]))
         diagnostics = bytearray()
         status: bytes = b""
         try:
@@ -489,7 +489,7 @@ class Sandbox:
             bytes(decoder.stderr),
             int(verdict["exit_code"]),
             bool(verdict["timed_out"]),
-            bool(verdict["truncated"]),
+            bool(verdict["truncated"]) or decoder.over_cap,
             timeout,
             int(config["cap"]),
             signal,
@@ -653,13 +653,19 @@ def _send_all(socket: ExecSocket, data: bytes) -> None:
 
 
 class _FrameDecoder:
-    """Splits the supervisor's framed stdout into the command's stdout, stderr and verdict."""
+    """Splits the supervisor's framed stdout into the command's stdout, stderr and verdict.
 
-    def __init__(self) -> None:
+    The cap is enforced here as well as in the sandbox: the supervisor shares a uid with
+    the code it runs, so its framing is a convenience, not a boundary.
+    """
+
+    def __init__(self, cap: int) -> None:
         self._buffer = bytearray()
+        self._cap = cap
         self.stdout = bytearray()
         self.stderr = bytearray()
         self.verdict: dict[str, Any] | None = None
+        self.over_cap = False
 
     def feed(self, data: bytes) -> None:
         self._buffer += data
@@ -669,12 +675,16 @@ class _FrameDecoder:
                 return
             tag, payload = self._buffer[0:1], bytes(self._buffer[5 : 5 + length])
             del self._buffer[: 5 + length]
+            if tag == b"R":
+                self.verdict = json.loads(payload)
+                continue
+            room = self._cap - len(self.stdout) - len(self.stderr)
+            if len(payload) > room:
+                payload, self.over_cap = payload[: max(room, 0)], True
             if tag == b"O":
                 self.stdout += payload
             elif tag == b"E":
                 self.stderr += payload
-            elif tag == b"R":
-                self.verdict = json.loads(payload)
 
 
 class Files:
