@@ -33,23 +33,7 @@ REPO = Path(__file__).resolve().parents[2]
 # What code-exec does not (yet) deliver, and why. Each is a claim of the design that the
 # suite shows is not enforced today; fixing one makes its test fail here on purpose.
 KNOWN_GAPS: dict[str, str] = {
-    "IDN-006": (
-        "the kubelet injects KUBERNETES_SERVICE_HOST/PORT for the API server into every "
-        "container even with enableServiceLinks false; the pod spec could override them "
-        "with empty values"
-    ),
-    "IDN-008": (
-        "runsc does not apply the pod's RuntimeDefault seccomp profile inside the sandbox "
-        "(no --oci-seccomp), so unshare(CLONE_NEWUSER) succeeds in the guest"
-    ),
     "FS-003": "Kubernetes has no way to mount an emptyDir noexec",
-    "FS-004": "/dev/shm is gVisor's own tmpfs: writable, sized from the node's memory",
-    "FS-008": "in a user namespace (IDN-008) the guest can mount FUSE on gVisor's /dev/fuse",
-    "RES-002": (
-        "nothing enforces the profile's process cap: there is no per-pod pids field for the "
-        "operator to set, and the node's podPidsLimit counts the Sentry's threads, not the "
-        "guest's processes"
-    ),
 }
 
 # What a plain runc pod loses: these must fail for it (that table is the point).
