@@ -203,7 +203,7 @@ def shared(ctx: Any) -> Docker:
     if docker is None:
         docker = Docker()
         if docker.start():
-            ctx.cleanups.callback(docker.stop)
+            ctx.cleanup(docker.stop)
         ctx.shared["docker"] = docker
     return docker
 

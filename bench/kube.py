@@ -181,12 +181,15 @@ def delete_namespace(kube: Kube, name: str, *, wait: float = 0) -> float | None:
     """Deletes a namespace; with wait > 0, returns how long it took to disappear."""
     started = time.monotonic()
     with contextlib.suppress(ApiException):
-        kube.request("DELETE", f"/api/v1/namespaces/{name}")
+        patiently(kube.request, "DELETE", f"/api/v1/namespaces/{name}")
     if wait <= 0:
         return None
     while time.monotonic() - started < wait:
-        if not kube.exists(f"/api/v1/namespaces/{name}"):
-            return time.monotonic() - started
+        try:
+            if not kube.exists(f"/api/v1/namespaces/{name}"):
+                return time.monotonic() - started
+        except Exception:  # the API server restarting: keep waiting
+            pass
         time.sleep(0.5)
     return None
 
@@ -426,14 +429,15 @@ def ensure_bench_profiles(kube: Kube, timeout: float = 90) -> None:
 def remove_bench_profiles(kube: Kube, notes: list[str]) -> None:
     path = f"/api/v1/namespaces/{env.OPERATOR_NAMESPACE}/configmaps/{PROFILES_CONFIGMAP}"
     try:
-        kube.request(
+        patiently(
+            kube.request,
             "PATCH",
             path,
             {"data": dict.fromkeys(BENCH_PROFILES)},
             content_type="application/merge-patch+json",
         )
-    except ApiException as error:
-        notes.append(f"could not remove the benchmark profiles: {error.status} {error.reason}")
+    except (ApiException, RuntimeError) as error:
+        notes.append(f"could not remove the benchmark profiles: {error}")
 
 
 # --------------------------------------------------------------------------- the operator
@@ -616,9 +620,11 @@ class FlowCounter:
 
     def remove(self) -> None:
         for name in self.names:
-            with contextlib.suppress(ApiException):
-                self._kube.request(
-                    "DELETE", f"/apis/flowcontrol.apiserver.k8s.io/v1/flowschemas/{name}"
+            with contextlib.suppress(ApiException, RuntimeError):
+                patiently(
+                    self._kube.request,
+                    "DELETE",
+                    f"/apis/flowcontrol.apiserver.k8s.io/v1/flowschemas/{name}",
                 )
         self.names.clear()
 
@@ -681,4 +687,47 @@ def use_bench_profiles(ctx: Any) -> None:
     ensure_bench_profiles(ctx.kube)
     if not ctx.shared.get("profiles"):
         ctx.shared["profiles"] = True
-        ctx.cleanups.callback(remove_bench_profiles, ctx.kube, ctx.run.notes)
+        ctx.cleanup(remove_bench_profiles, ctx.kube, ctx.run.notes)
+
+
+def patiently(function: Any, *args: Any, seconds: float = 120, **kwargs: Any) -> Any:
+    """Calls function, retrying while the API server does not answer (a restart)."""
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            return function(*args, **kwargs)
+        except (urllib3.exceptions.HTTPError, OSError) as error:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the API server did not answer for {seconds:.0f} s") from error
+            time.sleep(2)
+        except ApiException as error:
+            if error.status not in (0, 429, 500, 502, 503, 504) or time.monotonic() > deadline:
+                raise
+            time.sleep(2)
+
+
+def cluster_ready(kube: Kube) -> str | None:
+    """None when the API server and the operator answer; else what is wrong."""
+    try:
+        kube.raw_text("/readyz")
+    except Exception as error:
+        return f"the API server does not answer ({type(error).__name__})"
+    try:
+        Operator(kube).pod()
+    except Exception as error:
+        return f"the operator is not running: {error}"
+    return None
+
+
+def clean_leftovers(kube: Kube, notes: list[str]) -> None:
+    """Removes what an interrupted run may have left: namespaces, FlowSchemas, profiles."""
+    for item in kube.get("/api/v1/namespaces", labelSelector=f"{BENCH_LABEL}=true")["items"]:
+        delete_namespace(kube, item["metadata"]["name"])
+        notes.append(f"deleted leftover namespace {item['metadata']['name']}")
+    schemas = kube.get("/apis/flowcontrol.apiserver.k8s.io/v1/flowschemas")["items"]
+    for item in schemas:
+        name = item["metadata"]["name"]
+        if name.startswith(FLOW_PREFIX):
+            with contextlib.suppress(ApiException):
+                kube.request("DELETE", f"/apis/flowcontrol.apiserver.k8s.io/v1/flowschemas/{name}")
+    remove_bench_profiles(kube, notes)

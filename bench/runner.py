@@ -65,6 +65,19 @@ class Context:
             self._kube = Kube()
         return self._kube
 
+    def cleanup(self, function: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
+        """Runs function at the end of the run; a failure there is noted, not raised."""
+
+        def safely() -> None:
+            try:
+                function(*args, **kwargs)
+            except Exception as error:
+                note = f"cleanup {getattr(function, '__name__', function)} failed: {error}"
+                self.run.notes.append(note[:300])
+                self.log(note)
+
+        self.cleanups.callback(safely)
+
     def n(self, full: int, quick: int) -> int:
         """An iteration count: the full one, or the smoke test's."""
         return quick if self.quick else full
@@ -108,6 +121,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="cluster-up: also time a cold `up` with an empty build cache (hours on 2 cores)",
     )
     parser.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
+    parser.add_argument(
+        "--cleanup",
+        action="store_true",
+        help="only remove what an interrupted run left (namespaces, FlowSchemas, profiles)",
+    )
     return parser.parse_args(argv)
 
 
@@ -169,6 +187,18 @@ def main(argv: list[str] | None = None) -> int:
 
     from bench.kube import run_id
 
+    if args.cleanup:
+        from bench import docker as docker_mod
+        from bench.kube import Kube, clean_leftovers
+
+        notes: list[str] = []
+        clean_leftovers(Kube(), notes)
+        docker = docker_mod.Docker()
+        if docker._answers():
+            docker.remove_all()
+        print("\n".join(notes) or "nothing left over", file=sys.stderr)
+        return 0
+
     run = Run(quick=args.quick, machine=env.machine())
     ctx = Context(args.quick, run, args, run_id(), selected)
     ctx.log(f"sections: {', '.join(selected)}; results to {out}")
@@ -202,7 +232,16 @@ def main(argv: list[str] | None = None) -> int:
                     run.sections[n] for n in getattr(module, "PRODUCES", [name]) if n in selected
                 ]
                 with _timed(ctx, sections):
-                    module.run(ctx, *sections)
+                    problem = (
+                        _cluster_problem(ctx) if getattr(module, "NEEDS_CLUSTER", True) else None
+                    )
+                    if problem:
+                        for section in sections:
+                            section.status = "skipped"
+                            section.error = problem
+                        ctx.log(f"skipping {', '.join(s.name for s in sections)}: {problem}")
+                    else:
+                        module.run(ctx, *sections)
                 write()
     except KeyboardInterrupt:
         interrupted = True
@@ -211,6 +250,15 @@ def main(argv: list[str] | None = None) -> int:
         write()
     ctx.log(f"wrote {out / 'results.md'}")
     return 130 if interrupted else 0
+
+
+def _cluster_problem(ctx: Context) -> str | None:
+    from bench.kube import cluster_ready
+
+    try:
+        return cluster_ready(ctx.kube)
+    except Exception as error:
+        return f"cannot reach the cluster: {error}"
 
 
 def _section_from(data: dict[str, Any]) -> Section:

@@ -19,6 +19,7 @@ from typing import Any
 from bench import env
 from bench.results import Section
 
+NEEDS_CLUSTER = False
 TITLES = {"cluster-up": "Cold and warm `cluster/cluster.sh up` (only with --only cluster-up)"}
 CLUSTER = env.REPO / "cluster" / "cluster.sh"
 

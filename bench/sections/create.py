@@ -53,15 +53,15 @@ class Harness:
         self.kube: Kube = ctx.kube
         rid = ctx.run_id
         self.ns_pods = make_namespace(self.kube, f"obx-bench-create-pods-{rid}", sandboxes=False)
-        ctx.cleanups.callback(delete_namespace, self.kube, self.ns_pods)
+        ctx.cleanup(delete_namespace, self.kube, self.ns_pods)
         self.ns_sbx = make_namespace(self.kube, f"obx-bench-create-sbx-{rid}", sandboxes=True)
-        ctx.cleanups.callback(delete_namespace, self.kube, self.ns_sbx)
+        ctx.cleanup(delete_namespace, self.kube, self.ns_sbx)
         self.client = Client(self.ns_sbx, kubeconfig=env.KUBECONFIG)
         self.pods_plain = WatchRecorder(self.kube, self.ns_pods, "pods")
         self.pods_sbx = WatchRecorder(self.kube, self.ns_sbx, "pods")
         self.sandboxes = WatchRecorder(self.kube, self.ns_sbx, "sandboxes")
         for watch in (self.pods_plain, self.pods_sbx, self.sandboxes):
-            ctx.cleanups.callback(watch.close)
+            ctx.cleanup(watch.close)
         self.docker = docker_mod.shared(ctx)
         if self.docker.problem:
             section.notes.append(f"docker baseline not measured: {self.docker.problem}")

@@ -59,12 +59,12 @@ def methods(ctx: Any, section: Section) -> dict[str, tuple[str, Callable[[list[s
     kube = ctx.kube
     rid = ctx.run_id
     ns_sbx = make_namespace(kube, f"obx-bench-exec-sbx-{rid}", sandboxes=True)
-    ctx.cleanups.callback(delete_namespace, kube, ns_sbx)
+    ctx.cleanup(delete_namespace, kube, ns_sbx)
     ns_pods = make_namespace(kube, f"obx-bench-exec-pods-{rid}", sandboxes=False)
-    ctx.cleanups.callback(delete_namespace, kube, ns_pods)
+    ctx.cleanup(delete_namespace, kube, ns_pods)
     client = Client(ns_sbx, kubeconfig=env.KUBECONFIG)
     sandbox = client.create("code-exec", name="exec", timeout=180)
-    ctx.cleanups.callback(sandbox.delete)
+    ctx.cleanup(sandbox.delete)
     with WatchRecorder(kube, ns_pods, "pods") as watch:
         for name, runtime in (("runc", None), ("gvisor", "gvisor")):
             kube.request("POST", pods_path(ns_pods), bare_pod(name, runtime, kind=name))
@@ -137,7 +137,7 @@ def methods(ctx: Any, section: Section) -> dict[str, tuple[str, Callable[[list[s
             "sleep",
             "infinity",
         )
-        ctx.cleanups.callback(docker.run, "rm", "-f", name)
+        ctx.cleanup(docker.run, "rm", "-f", name)
         found["docker"] = (
             "docker exec (runsc, openblox flags)",
             _subprocess(docker.argv("exec", name)),

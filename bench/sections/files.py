@@ -26,10 +26,10 @@ def run(ctx: Any, section: Section) -> None:
     size = ctx.n(100, 10) * 1000 * 1000
     repeats = ctx.n(3, 1)
     namespace = make_namespace(kube, f"obx-bench-files-{ctx.run_id}", sandboxes=True)
-    ctx.cleanups.callback(delete_namespace, kube, namespace)
+    ctx.cleanup(delete_namespace, kube, namespace)
     client = Client(namespace, kubeconfig=env.KUBECONFIG)
     sandbox = client.create("code-exec", name="files", timeout=180)
-    ctx.cleanups.callback(sandbox.delete)
+    ctx.cleanup(sandbox.delete)
     cid = container_id(namespace, sandbox.pod)
     data = os.urandom(size)
     digest = hashlib.sha256(data).hexdigest()

@@ -22,7 +22,7 @@ JOBS = {"cpu": guest.JOB_CPU, "syscall": guest.JOB_SYSCALL}
 def run(ctx: Any, section: Section) -> None:
     kube = ctx.kube
     namespace = make_namespace(kube, f"obx-bench-jobs-{ctx.run_id}", sandboxes=False)
-    ctx.cleanups.callback(delete_namespace, kube, namespace)
+    ctx.cleanup(delete_namespace, kube, namespace)
     with WatchRecorder(kube, namespace, "pods") as watch:
         for name, runtime in (("runc", None), ("gvisor", "gvisor")):
             kube.request("POST", pods_path(namespace), bare_pod(name, runtime, kind=name))

@@ -47,10 +47,10 @@ def run(ctx: Any, section: Section) -> None:
     use_bench_profiles(ctx)
     operator = Operator(ctx.kube)
     namespace = make_namespace(ctx.kube, f"obx-bench-op-life-{ctx.run_id}", sandboxes=True)
-    ctx.cleanups.callback(delete_namespace, ctx.kube, namespace)
+    ctx.cleanup(delete_namespace, ctx.kube, namespace)
     flows = FlowCounter(ctx.kube)
     flows.install(namespace)
-    ctx.cleanups.callback(flows.remove)
+    ctx.cleanup(flows.remove)
     time.sleep(2)  # the API server picks new FlowSchemas up asynchronously
     requests_per_lifecycle(ctx, section, namespace, flows)
     memory_at_scale(ctx, section, operator, flows)
@@ -332,7 +332,7 @@ def _cluster_sandboxes(kube: Kube) -> int:
 def memory_at_scale(ctx: Any, section: Section, operator: Operator, flows: FlowCounter) -> None:
     kube: Kube = ctx.kube
     namespace = make_namespace(kube, f"obx-bench-op-scale-{ctx.run_id}", sandboxes=True)
-    ctx.cleanups.callback(delete_namespace, kube, namespace)
+    ctx.cleanup(delete_namespace, kube, namespace)
     steps = [0, 100, 250, 500, 1000] if not ctx.quick else [0, 10, 30]
     window = ctx.seconds(15.0, 3.0)
     restarts_before = operator.restarts()

@@ -208,7 +208,7 @@ def run(ctx: Any, *sections: Section) -> None:
     operator = Operator(ctx.kube)
     flows = FlowCounter(ctx.kube)
     flows.install()
-    ctx.cleanups.callback(flows.remove)
+    ctx.cleanup(flows.remove)
     available_start = env.meminfo()["MemAvailable"]
     operator_start = operator.sample()
     ramp = Ramp(ctx, scaling)

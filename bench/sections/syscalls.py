@@ -14,6 +14,7 @@ from typing import Any
 from bench import env, guest
 from bench.results import Section
 
+NEEDS_CLUSTER = False
 TITLES = {"syscalls": "Syscall microbenchmarks: native vs gVisor systrap vs ptrace (runsc do)"}
 DEBIAN_RUNSC = Path("/usr/bin/runsc")
 # Reported in ns per call, except process creation (us) and the CPU loop (ms).

@@ -6,10 +6,12 @@ import os
 import socket
 import threading
 from dataclasses import dataclass, field
+from functools import partial
 
 from openblox.controller.events import EventRecorder
 from openblox.controller.kube import Kube
 from openblox.controller.lease import Lease
+from openblox.controller.peering import keep_peering
 from openblox.controller.profile_store import ProfileStore
 from openblox.controller.profile_watch import ProfileWatcher
 from openblox.controller.reaper import Reaper
@@ -52,7 +54,12 @@ class Runtime:
         return cls(kube, profiles, cache, reconciler, reaper, watcher)
 
     def start(self) -> None:
-        for name, target in (("profiles", self.profile_watcher.run), ("reaper", self.reaper.run)):
+        loops = (
+            ("profiles", self.profile_watcher.run),
+            ("reaper", self.reaper.run),
+            ("peering", partial(keep_peering, self.kube)),
+        )
+        for name, target in loops:
             thread = threading.Thread(target=target, args=(self.stop,), name=name, daemon=True)
             thread.start()
             self.threads.append(thread)
