@@ -16,7 +16,9 @@ GVISOR_LOG = "[    0.000000] Starting gVisor...\n[    0.1] Creating cloned child
         ("4.19.0-gvisor", GVISOR_LOG, "gvisor"),
         ("6.1.62", "[    0.000000] Linux version 6.1.62 (kata guest)\n", "kata"),
         ("", GVISOR_LOG, None),  # nothing from uname: the probe was cut short
-        ("4.19.0-gvisor", "", None),  # no kernel log: cannot tell gVisor from another kernel
+        ("4.19.0-gvisor", "", "gvisor"),  # the Sentry's release names it
+        ("4.4.0", "Linux version 4.4.0-gvisor #1 SMP Sun Jan 10 15:06:54 PST 2016", "gvisor"),
+        ("6.1.62", "", None),  # no kernel log: cannot tell another kernel from a cut probe
         ("  ", "  ", None),
     ],
 )

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from openblox.models.profile import Boundary
 
-GVISOR_MARKER = "gVisor"
+# The Sentry names itself in its release string, /proc/version and its boot log.
+GVISOR_MARKER = "gvisor"
 
 
 def classify_boundary(
@@ -16,8 +17,8 @@ def classify_boundary(
 ) -> Boundary | None:
     """What the pod runs behind, or None when the evidence is incomplete.
 
-    none: the guest sees the node's own kernel. gvisor: the guest's kernel log is the
-    Sentry's. kata: another, real kernel (a release and a kernel log, neither gVisor's).
+    none: the guest sees the node's own kernel. gvisor: the kernel (its release,
+    /proc/version or its log) is the Sentry's. kata: another, real kernel (a release and a kernel log, neither gVisor's).
     A probe that came back short (a loaded node, a cut stream) proves nothing either
     way, and deciding on it would either trust the runtime's name or delete a good pod.
     """
@@ -26,7 +27,7 @@ def classify_boundary(
         return None
     if release == node_kernel_release.strip():
         return "none"
-    if GVISOR_MARKER in guest_kernel_log:
+    if GVISOR_MARKER in f"{release}\n{guest_kernel_log}".lower():
         return "gvisor"
     if not guest_kernel_log.strip():
         return None
