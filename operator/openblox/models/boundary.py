@@ -18,7 +18,8 @@ def classify_boundary(
     """What the pod runs behind, or None when the evidence is incomplete.
 
     none: the guest sees the node's own kernel. gvisor: the kernel (its release,
-    /proc/version or its log) is the Sentry's. kata: another, real kernel (a release and a kernel log, neither gVisor's).
+    /proc/version or its log) is the Sentry's. kata: another, real kernel (a release
+    and a kernel log, neither gVisor's).
     A probe that came back short (a loaded node, a cut stream) proves nothing either
     way, and deciding on it would either trust the runtime's name or delete a good pod.
     """
