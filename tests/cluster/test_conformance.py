@@ -34,6 +34,15 @@ REPO = Path(__file__).resolve().parents[2]
 # suite shows is not enforced today; fixing one makes its test fail here on purpose.
 KNOWN_GAPS: dict[str, str] = {
     "FS-003": "Kubernetes has no way to mount an emptyDir noexec",
+    "FS-004": (
+        "/dev/shm is gVisor's own tmpfs, sized from the node's memory; runsc mounts it "
+        "even over a size-limited emptyDir at /dev/shm (tried)"
+    ),
+    "RES-002": (
+        "nothing enforces the profile's process cap: Kubernetes has no per-pod pids "
+        "field (only the kubelet's node-wide podPidsLimit); a per-command RLIMIT_NPROC "
+        "was tried and also capped threads, breaking ordinary threaded programs"
+    ),
 }
 
 # What a plain runc pod loses: these must fail for it (that table is the point).

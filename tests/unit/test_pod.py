@@ -75,7 +75,6 @@ def test_the_profile_shapes_the_pod() -> None:
         "1Gi",
         "1Gi",
         "16Mi",
-        "16Mi",
     ]
 
 
@@ -90,17 +89,12 @@ def test_refuses_a_sandbox_that_outlives_its_profile() -> None:
         build_pod(make_sandbox(spec={"maxAgeSeconds": 7200}), default_profile())
 
 
-def test_only_the_scratch_state_and_shm_volumes_are_writable() -> None:
+def test_only_the_scratch_and_state_volumes_are_writable() -> None:
     pod = build_pod(make_sandbox(), default_profile())
 
     assert container(pod)["securityContext"]["readOnlyRootFilesystem"] is True
     mounts = {mount["mountPath"]: mount["name"] for mount in container(pod)["volumeMounts"]}
-    assert mounts == {
-        "/tmp": "tmp",
-        "/workspace": "workspace",
-        "/run/openblox": "state",
-        "/dev/shm": "shm",
-    }
+    assert mounts == {"/tmp": "tmp", "/workspace": "workspace", "/run/openblox": "state"}
     assert all(volume["emptyDir"]["medium"] == "Memory" for volume in pod["spec"]["volumes"])
 
 

@@ -143,8 +143,8 @@ BAD_PROFILES = {
     "scratch larger than memory": (
         "image: i\nresources: {memory: 256Mi, scratch: 1Gi}\n",
         "resources.scratch 1Gi does not fit in resources.memory 256Mi: /tmp and /workspace "
-        "are each a tmpfs of up to 1Gi, plus 16Mi each of state and /dev/shm, all drawn from "
-        "the memory limit, so memory must be more than 2 x scratch + 2 x 16Mi",
+        "are each a tmpfs of up to 1Gi, plus 16Mi of state, all drawn from the memory limit, "
+        "so memory must be more than 2 x scratch + 16Mi",
     ),
     "scratch that leaves no memory to run in": (
         "image: i\nresources: {memory: 272Mi, scratch: 128Mi}\n",

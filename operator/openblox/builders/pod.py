@@ -143,8 +143,6 @@ def build_pod(sandbox: Sandbox, profile: Profile) -> dict[str, Any]:
                         {"name": "tmp", "mountPath": TMP_DIR},
                         {"name": "workspace", "mountPath": WORKSPACE_DIR},
                         {"name": "state", "mountPath": STATE_DIR},
-                        # Otherwise the runtime's own /dev/shm: writable and outside the budget.
-                        {"name": "shm", "mountPath": "/dev/shm"},
                     ],
                 }
             ],
@@ -153,7 +151,6 @@ def build_pod(sandbox: Sandbox, profile: Profile) -> dict[str, Any]:
                 _memory_volume("tmp", resources.scratch.text),
                 _memory_volume("workspace", resources.scratch.text),
                 _memory_volume("state", STATE_VOLUME_SIZE.text),
-                _memory_volume("shm", STATE_VOLUME_SIZE.text),
             ],
         },
     }

@@ -20,7 +20,6 @@ def build_status(
     runtime_class_name: str | None,
     profile_digest: str | None,
     exec_limits: ExecLimits | None,
-    process_limit: int | None = None,
     now: datetime,
 ) -> dict[str, Any]:
     previous: Mapping[str, Any] = sandbox.status
@@ -47,8 +46,6 @@ def build_status(
             "timeoutSeconds": exec_limits.timeout_seconds,
             "outputBytes": exec_limits.output_bytes,
         }
-        if process_limit is not None:
-            status["execLimits"]["processes"] = process_limit
     # Recent denials, most recent first and bounded; a reconcile keeps what is there.
     denials = merge_recent(previous.get("denials") or [], observation.denials)
     if denials:

@@ -11,7 +11,6 @@ cannot forge: everything it writes is framed by the supervisor.
 import ctypes
 import json
 import os
-import resource
 import select
 import signal
 import struct
@@ -104,11 +103,6 @@ def main() -> None:
             os.close(fd)
         env = dict(os.environ)
         env.update(config.get("env") or {})
-        if config.get("processes"):
-            # Kubernetes has no per-pod process cap; a hard RLIMIT_NPROC on the command
-            # (gVisor enforces it for the sandbox user) is the nearest real one.
-            limit = int(config["processes"])
-            resource.setrlimit(resource.RLIMIT_NPROC, (limit, limit))
         try:
             if config.get("cwd"):
                 os.chdir(config["cwd"])

@@ -385,10 +385,6 @@ class Sandbox:
         limits = self.status.get("execLimits") or {}
         return float(limits.get("timeoutSeconds", 60)), int(limits.get("outputBytes", 1 << 20))
 
-    def _process_limit(self) -> int | None:
-        value = (self.status.get("execLimits") or {}).get("processes")
-        return int(value) if value is not None else None
-
     def exec(
         self,
         argv: Sequence[str],
@@ -422,7 +418,6 @@ class Sandbox:
             "cap": output_limit or max_output,
             "env": dict(env or {}),
             "cwd": cwd,
-            "processes": self._process_limit(),
         }
         return self._run_supervised(config, argv, data)
 
@@ -605,7 +600,6 @@ class Sandbox:
             "cap": output_limit or max_output,
             "env": {},
             "cwd": None,
-            "processes": self._process_limit(),
         }
         return self._run_supervised(
             config, ["python3", "-c", _FILE_HELPER, operation, *args], stdin

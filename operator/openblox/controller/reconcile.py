@@ -125,7 +125,6 @@ class Reconciler:
             runtime_class_name=profile.runtime_class_name if profile else None,
             profile_digest=_profile_digest(pod, profile),
             exec_limits=profile.exec if profile else None,
-            process_limit=profile.resources.processes if profile else None,
             now=now,
         )
         self._write_status(sandbox, status)

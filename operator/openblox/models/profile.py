@@ -119,9 +119,8 @@ class Resources:
 
     @property
     def memory_backed_bytes(self) -> int:
-        """Bytes the tmpfs volumes may take from the memory limit when full: /tmp and
-        /workspace of scratch size each, and the state directory and /dev/shm."""
-        return 2 * self.scratch.value + 2 * STATE_VOLUME_SIZE.value
+        """Bytes the tmpfs volumes may take from the memory limit when full."""
+        return 2 * self.scratch.value + STATE_VOLUME_SIZE.value
 
 
 @dataclass(frozen=True, slots=True)
@@ -550,8 +549,8 @@ def _resources(section: _Section | None) -> Resources:
         raise _Invalid(
             f"resources.scratch {scratch} does not fit in resources.memory {memory}: "
             f"/tmp and /workspace are each a tmpfs of up to {scratch}, plus "
-            f"{STATE_VOLUME_SIZE.text} each of state and /dev/shm, all drawn from the memory "
-            f"limit, so memory must be more than 2 x scratch + 2 x {STATE_VOLUME_SIZE.text}"
+            f"{STATE_VOLUME_SIZE.text} of state, all drawn from the memory limit, "
+            f"so memory must be more than 2 x scratch + {STATE_VOLUME_SIZE.text}"
         )
     return resources
 
