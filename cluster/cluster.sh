@@ -197,9 +197,9 @@ root = "$RUN/runsc"
 [runsc_config]
   network = "none"
   platform = "systrap"
-  # Apply the pod's seccomp profile (RuntimeDefault) inside the Sentry as well: without
-  # it, unshare(CLONE_NEWUSER) and what follows (FUSE mounts) succeed in the guest.
-  oci-seccomp = "true"
+  # Not oci-seccomp: with it the pod's RuntimeDefault profile is applied inside the
+  # Sentry too, but clone3 is then refused with EPERM instead of ENOSYS, so glibc cannot
+  # fall back to clone and no program can start a thread (tried; docs/runtimes.md).
   ${OPENBLOX_RUNSC_DEBUG:+debug = "true"}
   ${OPENBLOX_RUNSC_DEBUG:+debug-log = "$STATE/logs/runsc/"}
 EOF
