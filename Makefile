@@ -53,4 +53,4 @@ conformance: install
 test: lint unit cluster-tests
 
 bench: install
-	$(PY) -m bench
+	$(PY) -m bench $(BENCH_ARGS)

@@ -59,10 +59,12 @@ def profile_yaml(cpu: str, memory: str, scratch: str = "16Mi", runtime: str = "g
 # enough that ten fit next to what other sessions run on this 2-core node.
 SMALL_PROFILE = "bench-small"
 SMALL_PROFILE_YAML = profile_yaml("100m", "128Mi")
-# For idle density (memory per sandbox, scaling): the least a pod can ask for. 1m + 5m
-# overhead is below the kubelet's 10m minimum CFS quota, so it runs with that minimum.
+# For idle density (memory per sandbox, scaling): close to the least a Sandbox can ask
+# for. At 1m its pod takes over a minute to start and the operator's 30 s boundary probe
+# does not finish inside the throttled Sentry, so it never becomes Ready; 10m (15m with
+# the overhead) boots in about half a minute.
 IDLE_PROFILE = "bench-idle"
-IDLE_PROFILE_YAML = profile_yaml("1m", "64Mi", scratch="8Mi")
+IDLE_PROFILE_YAML = profile_yaml("10m", "64Mi", scratch="8Mi")
 # A profile whose RuntimeClass does not exist: every Sandbox naming it is reconciled to
 # Ready=False/RuntimeUnavailable and never gets a pod. That is how 1,000 Sandboxes fit
 # on a node where 1,000 pods never could.
@@ -731,3 +733,37 @@ def clean_leftovers(kube: Kube, notes: list[str]) -> None:
             with contextlib.suppress(ApiException):
                 kube.request("DELETE", f"/apis/flowcontrol.apiserver.k8s.io/v1/flowschemas/{name}")
     remove_bench_profiles(kube, notes)
+
+
+def node_capacity(kube: Kube) -> dict[str, float]:
+    """What the node can still schedule: allocatable minus every live pod's requests.
+
+    In millicores and MiB, counting RuntimeClass overhead as the scheduler does.
+    """
+    from openblox.models import parse_quantity
+
+    nodes = kube.get("/api/v1/nodes")["items"]
+    cpu = sum(float(parse_quantity(n["status"]["allocatable"]["cpu"])) for n in nodes) * 1000
+    memory = sum(float(parse_quantity(n["status"]["allocatable"]["memory"])) for n in nodes)
+    pods_max = sum(int(n["status"]["allocatable"]["pods"]) for n in nodes)
+    pods = kube.get("/api/v1/pods", fieldSelector="status.phase!=Succeeded,status.phase!=Failed")[
+        "items"
+    ]
+    used_cpu = used_memory = 0.0
+    for pod in pods:
+        spec = pod["spec"]
+        if not spec.get("nodeName"):
+            continue  # pending: holds nothing on the node yet
+        requests = [c.get("resources", {}).get("requests", {}) for c in spec["containers"]]
+        requests.append(spec.get("overhead") or {})
+        for request in requests:
+            used_cpu += float(parse_quantity(str(request.get("cpu", "0")))) * 1000
+            used_memory += float(parse_quantity(str(request.get("memory", "0"))))
+    return {
+        "cpu_allocatable_m": cpu,
+        "cpu_free_m": cpu - used_cpu,
+        "memory_allocatable_mib": memory / 2**20,
+        "memory_free_mib": (memory - used_memory) / 2**20,
+        "pods_max": pods_max,
+        "pods": sum(1 for pod in pods if pod["spec"].get("nodeName")),
+    }

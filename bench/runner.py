@@ -116,6 +116,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="live sandboxes the scaling section aims for (default 200)",
     )
     parser.add_argument(
+        "--reserve-cpu",
+        type=int,
+        default=510,
+        help="millicores of CPU requests the scaling ramp leaves free for other users of the "
+        "node (default 510: one code-exec sandbox)",
+    )
+    parser.add_argument(
         "--cold",
         action="store_true",
         help="cluster-up: also time a cold `up` with an empty build cache (hours on 2 cores)",

@@ -28,7 +28,7 @@ def run(ctx: Any, section: Section) -> None:
     namespace = make_namespace(kube, f"obx-bench-files-{ctx.run_id}", sandboxes=True)
     ctx.cleanup(delete_namespace, kube, namespace)
     client = Client(namespace, kubeconfig=env.KUBECONFIG)
-    sandbox = client.create("code-exec", name="files", timeout=180)
+    sandbox = client.create("code-exec", name="files", timeout=300)
     ctx.cleanup(sandbox.delete)
     cid = container_id(namespace, sandbox.pod)
     data = os.urandom(size)

@@ -29,8 +29,8 @@ def run(ctx: Any, section: Section) -> None:
         for name in ("runc", "gvisor"):
             watch.wait(name, "ready", 180, fail="failed")
     cores = os.cpu_count() or 1
-    workers = sorted({1, cores, 2 * cores})
-    seconds = ctx.seconds(10.0, 2.0)
+    workers = sorted({1, 2 * cores})
+    seconds = ctx.seconds(8.0, 2.0)
     rates: dict[tuple[str, str], dict[int, float]] = {}
     durations: dict[tuple[str, str], list[float]] = {}
     for job, code in JOBS.items():

@@ -200,7 +200,7 @@ def requests_per_lifecycle(ctx: Any, section: Section, namespace: str, flows: Fl
         warm = client.create(SMALL_PROFILE, name="warm", timeout=180)
         warm.delete()
         pods.wait("warm", "deleted", 120)
-        idle_window = ctx.seconds(20.0, 3.0)
+        idle_window = ctx.seconds(15.0, 3.0)
         before = flows.read()
         time.sleep(idle_window)
         after = flows.read()
@@ -333,8 +333,8 @@ def memory_at_scale(ctx: Any, section: Section, operator: Operator, flows: FlowC
     kube: Kube = ctx.kube
     namespace = make_namespace(kube, f"obx-bench-op-scale-{ctx.run_id}", sandboxes=True)
     ctx.cleanup(delete_namespace, kube, namespace)
-    steps = [0, 100, 250, 500, 1000] if not ctx.quick else [0, 10, 30]
-    window = ctx.seconds(15.0, 3.0)
+    steps = [0, 100, 1000] if not ctx.quick else [0, 10, 30]
+    window = ctx.seconds(10.0, 3.0)
     restarts_before = operator.restarts()
     rows = []
     lines: dict[str, list[list[float]]] = {

@@ -1,13 +1,13 @@
 """Host memory per idle sandbox (1, 10, 50) and scaling from 1 to as many live sandboxes
 as fit (aiming for 200): create latency, operator cost and host memory as the count grows.
 
-Both come from one ramp of `bench-idle` Sandboxes (cpu 1m, memory 64Mi, gVisor: the
-least a sandbox pod can request, so the most fit). Their own create→Ready is throttled by
-their CPU limit, so at each checkpoint the create latency is measured with `bench-small`
-probe Sandboxes (cpu 100m), created one at a time and deleted again; then the node is
-left idle for a moment and measured. Baselines, measured first on an empty node: the
-same number of bare runc pods and of `docker run --runtime runsc` containers with
-openblox's flags.
+Both come from one ramp of `bench-idle` Sandboxes (cpu 10m, memory 64Mi, gVisor: about
+the least a Sandbox can ask for and still become Ready, so the most fit). Their own
+create→Ready is throttled by their CPU limit, so at each checkpoint the node is first
+left idle for a moment and measured, then the create latency is measured with
+`bench-small` probe Sandboxes (cpu 100m), created one at a time and deleted again.
+Baselines, measured first on an empty node: the same number of bare runc pods and of
+`docker run --runtime runsc` containers with openblox's flags.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from bench.kube import (
     bare_pod,
     delete_namespace,
     make_namespace,
+    node_capacity,
     node_pods,
     pod_memory,
     pods_path,
@@ -45,13 +46,17 @@ TITLES = {
 }
 MIB = 2**20
 MEMORY_POINTS = (1, 10, 50)
-CHECKPOINTS = (1, 10, 25, 50, 75, 100, 125, 150, 175, 200, 250, 300)
+CHECKPOINTS = (1, 10, 25, 50, 75, 100, 150, 200, 250, 300)
 # Leave the other sessions on this machine room to work.
 MIN_AVAILABLE = 3 * 2**30
-CREATE_TIMEOUT = 240.0
+CREATE_TIMEOUT = 300.0
 # bench-idle boots throttled (its CPU limit is the kubelet's 10m minimum), so many at a
 # time: the node's CPU is not what limits them.
-FILL_CONCURRENCY = 10
+FILL_CONCURRENCY = 20
+# A bench-idle pod's CPU and memory requests: the profile's plus the gvisor RuntimeClass
+# overhead (5m, 32Mi).
+IDLE_POD_CPU_M = 15
+IDLE_POD_MEMORY_MIB = 96
 
 
 def _memory_snapshot(namespace: str, names: set[str] | None = None) -> dict[str, dict[str, Any]]:
@@ -128,6 +133,8 @@ class Ramp:
         self.lock = threading.Lock()
         self.latencies: list[tuple[int, float, str]] = []  # (live before, ms, probe|fill)
         self.failures: list[str] = []
+        self.reserve_cpu: int = ctx.args.reserve_cpu
+        self.cpu_full: float | None = None
 
     def close(self) -> float | None:
         self.sandboxes.close()
@@ -161,6 +168,7 @@ class Ramp:
         """Creates Sandboxes `concurrency` at a time until `target` live; False on trouble."""
         counter = [len(self.live)]
         ok = [True]
+        in_flight = [0]
         guard = threading.Lock()
 
         def worker() -> None:
@@ -171,10 +179,19 @@ class Ramp:
                     if env.meminfo().get("MemAvailable", 0) < MIN_AVAILABLE:
                         ok[0] = False
                         return
+                    # Pods not yet scheduled hold nothing yet: count the ones in flight.
+                    free = node_capacity(self.kube)["cpu_free_m"] - in_flight[0] * IDLE_POD_CPU_M
+                    if free - self.reserve_cpu < IDLE_POD_CPU_M:
+                        self.cpu_full = free
+                        ok[0] = False
+                        return
                     index = counter[0]
                     counter[0] += 1
-                if not self.create(f"f{index:03d}", "fill"):
-                    with guard:
+                    in_flight[0] += 1
+                created = self.create(f"f{index:03d}", "fill")
+                with guard:
+                    in_flight[0] -= 1
+                    if not created:
                         ok[0] = False
 
         threads = [threading.Thread(target=worker) for _ in range(concurrency)]
@@ -191,14 +208,14 @@ def run(ctx: Any, *sections: Section) -> None:
     scaling = by_name.get("scaling")
     use_bench_profiles(ctx)
     quick = ctx.quick
-    target = (ctx.args.scale_max if scaling else max(MEMORY_POINTS)) if not quick else 6
+    target = (ctx.args.scale_max if scaling else max(MEMORY_POINTS)) if not quick else 3
     checkpoints = [c for c in CHECKPOINTS if c <= target]
     if target not in checkpoints:
         checkpoints.append(target)
-    memory_points = [p for p in MEMORY_POINTS if p <= target] if not quick else [1, 3, 6]
+    memory_points = [p for p in MEMORY_POINTS if p <= target] if not quick else [1, 3]
     checkpoints = sorted(set(checkpoints) | set(memory_points))
-    probes = ctx.n(3, 1)
-    ramp_budget = ctx.seconds(9 * 60.0, 240.0)
+    probes = ctx.n(2, 1)
+    ramp_budget = ctx.seconds(8 * 60.0, 240.0)
 
     base: dict[str, list[float]] = {}
     if memory:
@@ -211,6 +228,7 @@ def run(ctx: Any, *sections: Section) -> None:
     ctx.cleanup(flows.remove)
     available_start = env.meminfo()["MemAvailable"]
     operator_start = operator.sample()
+    capacity = node_capacity(ctx.kube)
     ramp = Ramp(ctx, scaling)
     teardown: float | None = None
     points: list[dict[str, Any]] = []
@@ -243,6 +261,7 @@ def run(ctx: Any, *sections: Section) -> None:
         record_scaling(
             scaling, ramp, points, operator_start, stopped, live, ramp_seconds, teardown, target
         )
+        record_caps(scaling, capacity, ramp.reserve_cpu)
 
 
 def measure(
@@ -281,6 +300,12 @@ def measure(
 
 def _why_stopped(ramp: Ramp, deadline: float) -> str:
     available = env.meminfo().get("MemAvailable", 0)
+    if ramp.cpu_full is not None:
+        return (
+            f"the node's CPU requests were full at {len(ramp.live)} live: "
+            f"{ramp.cpu_full:.0f}m free, and the harness leaves {ramp.reserve_cpu}m for other "
+            f"users (each bench-idle pod requests {IDLE_POD_CPU_M}m)"
+        )
     if ramp.failures:
         return f"a create failed at {len(ramp.live)} live: {ramp.failures[-1]}"
     if available < MIN_AVAILABLE:
@@ -408,7 +433,7 @@ def record_scaling(  # noqa: PLR0917
         scaling.figure(
             "scaling.create.fill",
             f"bench-idle Sandbox create→Ready while filling, {FILL_CONCURRENCY} at a time "
-            "(CPU limit 1m: boot throttled)",
+            "(CPU limit 10m: boot throttled)",
             "ms",
             [ms for _, ms in fills],
         )
@@ -509,3 +534,36 @@ def record_scaling(  # noqa: PLR0917
     )
     if ramp.failures:
         scaling.notes.append("failed creates: " + "; ".join(ramp.failures[:5]))
+
+
+def record_caps(scaling: Section, capacity: dict[str, float], reserve: int) -> None:
+    """Where this node tops out for bench-idle Sandboxes, resource by resource."""
+    cpu = capacity["cpu_allocatable_m"]
+    memory = capacity["memory_allocatable_mib"]
+    rows = [
+        [
+            "CPU requests (requests == limits; 10m + 5m overhead each)",
+            f"{cpu:.0f}m allocatable",
+            int(cpu // IDLE_POD_CPU_M),
+            int(max(0.0, capacity["cpu_free_m"] - reserve) // IDLE_POD_CPU_M),
+        ],
+        [
+            "memory requests (64Mi + 32Mi overhead each)",
+            f"{memory:,.0f} MiB allocatable",
+            int(memory // IDLE_POD_MEMORY_MIB),
+            int(capacity["memory_free_mib"] // IDLE_POD_MEMORY_MIB),
+        ],
+        ["kubelet maxPods", f"{capacity['pods_max']:.0f}", capacity["pods_max"], "-"],
+        ["pod IPs (/22 node CIDR)", "1,022", 1022, "-"],
+    ]
+    scaling.table(
+        "Where this node tops out for bench-idle Sandboxes",
+        ["limit", "node", "on an empty node", "at the start of this run (after reserve)"],
+        rows,
+    )
+    scaling.notes.append(
+        f"At the start of the ramp {capacity['cpu_free_m']:.0f}m of CPU requests were free "
+        f"({cpu - capacity['cpu_free_m']:.0f}m held by {capacity['pods']:.0f} running pods, "
+        f"most of them other sessions'); the ramp leaves {reserve}m free for them "
+        "(--reserve-cpu)."
+    )
