@@ -91,7 +91,9 @@ class Context:
 
 
 def _interrupt(signum: int, _frame: FrameType | None) -> None:
-    raise KeyboardInterrupt(f"signal {signum}")
+    name = signal.Signals(signum).name
+    print(f"[bench] received {name}; cleaning up", file=sys.stderr, flush=True)
+    raise KeyboardInterrupt(name)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -191,6 +193,7 @@ def main(argv: list[str] | None = None) -> int:
     out: Path = args.out or (env.RESULTS_DIR / "quick" if args.quick else env.RESULTS_DIR)
     out.mkdir(parents=True, exist_ok=True)
     signal.signal(signal.SIGTERM, _interrupt)
+    signal.signal(signal.SIGINT, _interrupt)
 
     from bench.kube import run_id
 
@@ -250,9 +253,11 @@ def main(argv: list[str] | None = None) -> int:
                     else:
                         module.run(ctx, *sections)
                 write()
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as error:
         interrupted = True
-        run.notes.append("the run was interrupted; sections not marked ok are incomplete")
+        run.notes.append(
+            f"the run was interrupted ({error or 'SIGINT'}); sections not marked ok are incomplete"
+        )
     finally:
         write()
     ctx.log(f"wrote {out / 'results.md'}")

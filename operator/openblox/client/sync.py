@@ -601,9 +601,14 @@ class Sandbox:
             "env": {},
             "cwd": None,
         }
-        return self._run_supervised(
-            config, ["python3", "-c", _FILE_HELPER, operation, *args], stdin
-        )
+        argv = ["python3", "-c", _FILE_HELPER, operation, *args]
+        try:
+            return self._run_supervised(config, argv, stdin)
+        except ExecTransportError:
+            # Every file operation is idempotent (a whole-file write, a read, a listing,
+            # a removal), so one that lost its stream is safe to run once more; a
+            # command's exec is never retried.
+            return self._run_supervised(config, argv, stdin)
 
 
 def _parse_time(text: object) -> datetime | None:
