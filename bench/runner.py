@@ -131,6 +131,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
     parser.add_argument(
+        "--report-only",
+        action="store_true",
+        help="only redraw results.md and the plots from results.json",
+    )
+    parser.add_argument(
         "--cleanup",
         action="store_true",
         help="only remove what an interrupted run left (namespaces, FlowSchemas, profiles)",
@@ -207,6 +212,17 @@ def main(argv: list[str] | None = None) -> int:
         if docker._answers():
             docker.remove_all()
         print("\n".join(notes) or "nothing left over", file=sys.stderr)
+        return 0
+
+    if args.report_only:
+        previous = _previous(out)
+        run = Run(quick=bool(previous.get("quick")), machine=previous.get("machine") or {})
+        run.started = previous.get("started") or run.started
+        run.notes = previous.get("notes") or []
+        for name, data in (previous.get("sections") or {}).items():
+            run.sections[name] = _section_from(data)
+        run.finished, run.seconds = previous.get("finished"), previous.get("seconds")
+        report.write(run, out, plots=not args.no_plots)
         return 0
 
     run = Run(quick=args.quick, machine=env.machine())

@@ -373,7 +373,7 @@ def cpu_sweep(
             "CPU sweep pods that waited to be scheduled (node CPU requests full): "
             + ", ".join(waits)
         )
-    section.series["cpu_sweep"] = {
+    section.series["cpu_curve"] = {
         "title": "create→Ready against the profile's CPU limit (requests == limits)",
         "xlabel": "CPU limit (millicores, before the 5m RuntimeClass overhead)",
         "ylabel": "ms (median)",

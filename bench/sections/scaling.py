@@ -13,6 +13,7 @@ Baselines, measured first on an empty node: the same number of bare runc pods an
 from __future__ import annotations
 
 import contextlib
+import itertools
 import statistics
 import threading
 import time
@@ -53,6 +54,8 @@ CREATE_TIMEOUT = 300.0
 # bench-idle boots throttled (its CPU limit is the kubelet's 10m minimum), so many at a
 # time: the node's CPU is not what limits them.
 FILL_CONCURRENCY = 20
+# Creates that may fail (and be retried under a new name) before the ramp gives up.
+MAX_FAILURES = 3
 # A bench-idle pod's CPU and memory requests: the profile's plus the gvisor RuntimeClass
 # overhead (5m, 32Mi).
 IDLE_POD_CPU_M = 15
@@ -135,6 +138,7 @@ class Ramp:
         self.failures: list[str] = []
         self.reserve_cpu: int = ctx.args.reserve_cpu
         self.cpu_full: float | None = None
+        self.names = itertools.count()
 
     def close(self) -> float | None:
         self.sandboxes.close()
@@ -150,8 +154,18 @@ class Ramp:
         try:
             self.client.create(profile, name=name, timeout=CREATE_TIMEOUT)
         except Exception as error:
-            pod_detail = self.pods.detail.get(name, "")
-            self.failures.append(f"{name}: {type(error).__name__}: {error} {pod_detail}".strip())
+            detail = self.pods.detail.get(name, "")
+            with contextlib.suppress(Exception):
+                events = self.kube.get(
+                    f"/api/v1/namespaces/{self.namespace}/events",
+                    fieldSelector=f"involvedObject.name={name}",
+                )["items"]
+                detail += " events: " + "; ".join(
+                    f"{e['reason']}: {e['message'][:160]}" for e in events[-4:]
+                )
+            self.failures.append(f"{name}: {type(error).__name__}: {error} {detail}".strip())
+            with contextlib.suppress(Exception):
+                self.client.delete(name)
             return False
         elapsed = (time.monotonic() - started) * 1000
         with self.lock:
@@ -185,14 +199,16 @@ class Ramp:
                         self.cpu_full = free
                         ok[0] = False
                         return
-                    index = counter[0]
+                    index = next(self.names)
                     counter[0] += 1
                     in_flight[0] += 1
                 created = self.create(f"f{index:03d}", "fill")
                 with guard:
                     in_flight[0] -= 1
                     if not created:
-                        ok[0] = False
+                        counter[0] -= 1  # try for the same count again with a new name
+                        if len(self.failures) >= MAX_FAILURES:
+                            ok[0] = False
 
         threads = [threading.Thread(target=worker) for _ in range(concurrency)]
         for thread in threads:
@@ -306,8 +322,8 @@ def _why_stopped(ramp: Ramp, deadline: float) -> str:
             f"{ramp.cpu_full:.0f}m free, and the harness leaves {ramp.reserve_cpu}m for other "
             f"users (each bench-idle pod requests {IDLE_POD_CPU_M}m)"
         )
-    if ramp.failures:
-        return f"a create failed at {len(ramp.live)} live: {ramp.failures[-1]}"
+    if len(ramp.failures) >= MAX_FAILURES:
+        return f"{len(ramp.failures)} creates failed by {len(ramp.live)} live: {ramp.failures[-1]}"
     if available < MIN_AVAILABLE:
         return (
             f"host MemAvailable fell to {available / 2**30:.1f} GiB at {len(ramp.live)} live "
