@@ -21,6 +21,7 @@ def build_status(
     profile_digest: str | None,
     exec_limits: ExecLimits | None,
     now: datetime,
+    process_cap: int | None = None,
 ) -> dict[str, Any]:
     previous: Mapping[str, Any] = sandbox.status
     status: dict[str, Any] = {
@@ -46,6 +47,8 @@ def build_status(
             "timeoutSeconds": exec_limits.timeout_seconds,
             "outputBytes": exec_limits.output_bytes,
         }
+        if process_cap is not None:
+            status["execLimits"]["processes"] = process_cap
     # Recent denials, most recent first and bounded; a reconcile keeps what is there.
     denials = merge_recent(previous.get("denials") or [], observation.denials)
     if denials:

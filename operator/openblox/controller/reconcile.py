@@ -126,6 +126,7 @@ class Reconciler:
             profile_digest=_profile_digest(pod, profile),
             exec_limits=profile.exec if profile else None,
             now=now,
+            process_cap=profile.resources.processes if profile else None,
         )
         self._write_status(sandbox, status)
         self._count_ready(sandbox, status, now)
