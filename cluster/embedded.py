@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import subprocess
 import sys
 from pathlib import Path
@@ -22,6 +23,8 @@ EMBEDDED_KUBECONFIG = Path("/var/lib/openblox/cluster/admin.kubeconfig")
 NODE_BIN = Path("/var/lib/openblox/bin")
 OPERATOR_NAMESPACE = "openblox-system"
 OPERATOR_DEPLOYMENT = "openblox-operator"
+PREVIEW_DEPLOYMENT = "openblox-preview"
+PREVIEW_KEYS_SECRET = "openblox-preview-keys"
 DEMO_NAMESPACE = "openblox-demo"
 
 
@@ -65,7 +68,7 @@ def ensure_cluster() -> str:
     return str(EMBEDDED_KUBECONFIG)
 
 
-def _running_operator_image_ids(kubeconfig: str) -> set[str]:
+def _running_operator_image_ids(kubeconfig: str, name: str = OPERATOR_DEPLOYMENT) -> set[str]:
     pods = json.loads(
         kubectl(
             kubeconfig,
@@ -74,7 +77,7 @@ def _running_operator_image_ids(kubeconfig: str) -> set[str]:
             "-n",
             OPERATOR_NAMESPACE,
             "-l",
-            "app.kubernetes.io/name=openblox-operator",
+            f"app.kubernetes.io/name={name}",
             "-o",
             "json",
         ).stdout
@@ -123,7 +126,47 @@ def install_operator(kubeconfig: str) -> None:
     kubectl(
         kubeconfig, "apply", "--server-side", "--force-conflicts", "-k", str(REPO / "manifests")
     )
-    deployment = f"deployment/{OPERATOR_DEPLOYMENT}"
+    ensure_preview_keys(kubeconfig)
+    for name in (OPERATOR_DEPLOYMENT, PREVIEW_DEPLOYMENT):
+        _roll_onto_current_image(kubeconfig, name)
+    # Admission refuses every Sandbox until the operator has published its profiles.
+    kubectl(
+        kubeconfig,
+        "wait",
+        "--for=create",
+        "configmap/openblox-profile-admission",
+        "-n",
+        OPERATOR_NAMESPACE,
+        "--timeout=120s",
+        timeout=130,
+    )
+
+
+def ensure_preview_keys(kubeconfig: str) -> None:
+    """The preview proxy's key Secret: made once with a random key, never overwritten."""
+    found = kubectl(
+        kubeconfig, "get", "secret", PREVIEW_KEYS_SECRET, "-n", OPERATOR_NAMESPACE, check=False
+    )
+    if found.returncode == 0:
+        return
+    key_id = "k1"
+    secret = {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": PREVIEW_KEYS_SECRET, "namespace": OPERATOR_NAMESPACE},
+        "type": "Opaque",
+        "stringData": {"current": key_id, key_id: secrets.token_urlsafe(48)},
+    }
+    # Through stdin, so the key is never on a command line; create, so a racing
+    # installer's key is kept rather than replaced.
+    made = kubectl(kubeconfig, "create", "-f", "-", stdin=json.dumps(secret), check=False)
+    if made.returncode != 0 and "AlreadyExists" not in made.stderr:
+        raise RuntimeError(f"could not create the preview key Secret: {made.stderr.strip()}")
+
+
+def _roll_onto_current_image(kubeconfig: str, name: str) -> None:
+    """Wait until the Deployment runs the imported image (restarting it on a rebuild)."""
+    deployment = f"deployment/{name}"
     image = kubectl(
         kubeconfig,
         "get",
@@ -134,7 +177,7 @@ def install_operator(kubeconfig: str) -> None:
         "jsonpath={.spec.template.spec.containers[0].image}",
     ).stdout
     imported = _imported_image_id(image)
-    running = _running_operator_image_ids(kubeconfig)
+    running = _running_operator_image_ids(kubeconfig, name)
     if imported and running and not any(imported.split("@")[-1] in r for r in running):
         # Same tag, new content (a rebuilt image): roll the pods onto it.
         kubectl(kubeconfig, "rollout", "restart", deployment, "-n", OPERATOR_NAMESPACE)
@@ -147,17 +190,6 @@ def install_operator(kubeconfig: str) -> None:
         OPERATOR_NAMESPACE,
         "--timeout=180s",
         timeout=200,
-    )
-    # Admission refuses every Sandbox until the operator has published its profiles.
-    kubectl(
-        kubeconfig,
-        "wait",
-        "--for=create",
-        "configmap/openblox-profile-admission",
-        "-n",
-        OPERATOR_NAMESPACE,
-        "--timeout=120s",
-        timeout=130,
     )
 
 

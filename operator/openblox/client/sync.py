@@ -381,6 +381,16 @@ class Sandbox:
     def delete(self) -> None:
         self._client.delete(self.name, self.namespace)
 
+    def preview_url(self, port: int, *, ttl: float = 3600, base_url: str | None = None) -> str:
+        """A signed link, valid `ttl` seconds, to 127.0.0.1:`port` inside this sandbox.
+
+        Served by the preview proxy over pods/exec (docs/preview.md). Needs read access to
+        the preview key Secret (the openblox-preview-signer Role).
+        """
+        from openblox.client.preview import preview_url
+
+        return preview_url(self, port, ttl=ttl, base=base_url)
+
     def _limits(self) -> tuple[float, int]:
         limits = self.status.get("execLimits") or {}
         return float(limits.get("timeoutSeconds", 60)), int(limits.get("outputBytes", 1 << 20))

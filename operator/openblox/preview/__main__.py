@@ -1,0 +1,51 @@
+"""`python -m openblox.preview`: the preview proxy.
+
+Environment: OPENBLOX_PREVIEW_PORT (8080), OPENBLOX_PREVIEW_METRICS_PORT (9090; Prometheus
+text at /metrics), OPENBLOX_PREVIEW_KEYS (the mounted key Secret,
+/etc/openblox/preview-keys). `/healthz` on the main port answers 200.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import threading
+from pathlib import Path
+from types import FrameType
+
+from kubernetes import client as k8s
+from kubernetes import config as k8s_config
+from prometheus_client import start_http_server
+
+from openblox.preview.keys import MountedKeyRing
+from openblox.preview.server import KubeBackend, PreviewServer
+
+
+def main() -> None:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    port = int(os.environ.get("OPENBLOX_PREVIEW_PORT", "8080"))
+    metrics_port = int(os.environ.get("OPENBLOX_PREVIEW_METRICS_PORT", "9090"))
+    ring = MountedKeyRing(
+        Path(os.environ.get("OPENBLOX_PREVIEW_KEYS", "/etc/openblox/preview-keys"))
+    )
+    configuration = k8s.Configuration()
+    try:
+        k8s_config.load_incluster_config(client_configuration=configuration)
+    except k8s_config.ConfigException:
+        k8s_config.load_kube_config(client_configuration=configuration)
+    start_http_server(metrics_port)
+    server = PreviewServer(("0.0.0.0", port), lambda: ring.get().keys, KubeBackend(configuration))
+
+    def stop(_signum: int, _frame: FrameType | None) -> None:
+        threading.Thread(target=server.shutdown, daemon=True).start()
+
+    signal.signal(signal.SIGTERM, stop)
+    keys = sorted(ring.get().keys)
+    logging.info("preview proxy on :%d (metrics :%d), keys %s", port, metrics_port, keys)
+    server.serve_forever()
+    server.server_close()
+
+
+if __name__ == "__main__":
+    main()

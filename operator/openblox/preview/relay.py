@@ -1,0 +1,157 @@
+"""A byte pipe to 127.0.0.1:<port> inside a sandbox, carried by one pods/exec stream.
+
+Sandbox pods have no network, so the proxy never connects to them. It execs a small
+stdlib-only relay (AGENT, below) in the sandbox's container; the relay connects to the
+loopback port and copies bytes: exec stdin -> socket, socket -> exec stdout. The proxy
+sees a `Tunnel`: a readable raw stream (the server's bytes) with `send` for the other way.
+End of stdin ends the relay, so closing the tunnel ends the process in the sandbox.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+
+from openblox.client.errors import ExecTransportError
+from openblox.client.exec_stream import ERROR, STDERR, STDOUT, ExecSocket
+
+# Run as `python3 -c AGENT PORT`. Exit 3: nothing listens on the port.
+AGENT = r"""
+import os, socket, sys, threading
+port = int(sys.argv[1])
+try:
+    conn = socket.create_connection(("127.0.0.1", port), timeout=10)
+except OSError as error:
+    sys.stderr.write("openblox-relay: connect 127.0.0.1:%d: %s\n" % (port, error))
+    sys.stderr.flush()
+    os._exit(3)
+conn.settimeout(None)
+conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+def inbound():
+    try:
+        while True:
+            data = os.read(0, 262144)
+            if not data:
+                break
+            conn.sendall(data)
+    except OSError:
+        pass
+    os._exit(0)
+threading.Thread(target=inbound, daemon=True).start()
+try:
+    while True:
+        data = conn.recv(262144)
+        if not data:
+            break
+        view = memoryview(data)
+        while view:
+            view = view[os.write(1, view):]
+except OSError:
+    pass
+os._exit(0)
+"""
+AGENT_EXIT_REFUSED = 3
+# Server bytes buffered ahead of a slow reader before the tunnel stops reading the exec
+# stream (and so pushes back on the sandbox).
+BUFFER_BYTES = 4 << 20
+MAX_TUNNEL_SECONDS = 6 * 3600
+
+
+def agent_argv(port: int) -> list[str]:
+    return ["python3", "-c", AGENT, str(port)]
+
+
+class TunnelClosed(ExecTransportError):
+    """The relay ended before any reply: nothing listens, or the sandbox went away."""
+
+
+class Tunnel(io.RawIOBase):
+    """One exec-backed connection to a loopback port in a sandbox."""
+
+    def __init__(self, socket: ExecSocket, on_close: Callable[[], None] | None = None) -> None:
+        super().__init__()
+        self._socket = socket
+        self._on_close = on_close
+        self._chunks: deque[bytes] = deque()
+        self._buffered = 0
+        self._cond = threading.Condition()
+        self._eof = False
+        self._stderr = bytearray()
+        self._status = b""
+        self.received = 0
+        self.read_timeout = 300.0
+        self._reader = threading.Thread(target=self._pump, daemon=True, name="tunnel-reader")
+        self._reader.start()
+
+    def _pump(self) -> None:
+        try:
+            for frame in self._socket.frames(time.monotonic() + MAX_TUNNEL_SECONDS):
+                if frame.channel == STDOUT and frame.data:
+                    with self._cond:
+                        while self._buffered >= BUFFER_BYTES and not self.closed:
+                            self._cond.wait(1.0)
+                        self._chunks.append(frame.data)
+                        self._buffered += len(frame.data)
+                        self.received += len(frame.data)
+                        self._cond.notify_all()
+                elif frame.channel == STDERR:
+                    self._stderr += frame.data[:4096]
+                elif frame.channel == ERROR:
+                    self._status = frame.data
+        except (ExecTransportError, TimeoutError):
+            pass
+        finally:
+            with self._cond:
+                self._eof = True
+                self._cond.notify_all()
+
+    @property
+    def at_eof(self) -> bool:
+        with self._cond:
+            return self._eof and not self._chunks
+
+    def diagnostics(self) -> str:
+        return self._stderr.decode("utf-8", "replace").strip()
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: memoryview) -> int:  # type: ignore[override]
+        deadline = time.monotonic() + self.read_timeout
+        with self._cond:
+            while not self._chunks:
+                if self._eof or self.closed:
+                    return 0
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise TimeoutError("the sandbox's server sent nothing in time")
+                self._cond.wait(remaining)
+            chunk = self._chunks.popleft()
+            size = min(len(buffer), len(chunk))
+            buffer[:size] = chunk[:size]
+            if size < len(chunk):
+                self._chunks.appendleft(chunk[size:])
+            self._buffered -= size
+            self._cond.notify_all()
+            return size
+
+    def send(self, data: bytes) -> None:
+        if data:
+            self._socket.send_stdin(data)
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        super().close()
+        with self._cond:
+            self._cond.notify_all()
+        # The stream may already be gone; closing it is all that is left to do.
+        with contextlib.suppress(Exception):
+            self._socket.close_stdin()
+        self._socket.close()
+        if self._on_close is not None:
+            self._on_close()

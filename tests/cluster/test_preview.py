@@ -1,0 +1,374 @@
+"""Preview links on the real cluster: a server on a loopback port inside a gVisor sandbox,
+reached through the preview proxy Deployment, which gets there over pods/exec only."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import http.client
+import json
+import re
+import secrets
+import time
+import urllib.request
+from collections.abc import Iterator
+from urllib.parse import urlsplit
+
+import pytest
+import websocket
+
+from openblox.client import Client, Sandbox
+from openblox.client.preview import read_key_ring
+from openblox.preview.tokens import Grant, sign
+from tests.cluster.kube import Kube
+from tests.cluster.sandboxes import opt_in, wait_for
+
+pytestmark = pytest.mark.cluster
+
+SYSTEM = "openblox-system"
+SECRET = "openblox-preview-keys"
+APP_PORT = 8000
+
+# A stdlib HTTP/1.1 app: /hello (names its TCP connection), /big?n=, POST /echo, /ws echo.
+APP = r"""
+import base64, hashlib, socketserver, struct, sys
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+class App(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args):
+        pass
+
+    def reply(self, body, kind="text/plain"):
+        self.send_response(200)
+        self.send_header("Content-Type", kind)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_GET(self):
+        if self.path.startswith("/big"):
+            size = int(self.path.split("=", 1)[1])
+            self.send_response(200)
+            self.send_header("Content-Length", str(size))
+            self.end_headers()
+            block = bytes(range(256)) * 1024
+            left = size
+            while left:
+                part = block[: min(left, len(block))]
+                self.wfile.write(part)
+                left -= len(part)
+            return
+        if self.path == "/ws":
+            return self.websocket()
+        peer = "%s:%d" % self.client_address
+        self.reply(("hello %s via %s prefix=%s" % (
+            self.path, peer, self.headers.get("X-Forwarded-Prefix"))).encode())
+
+    def do_POST(self):
+        body = self.rfile.read(int(self.headers["Content-Length"]))
+        self.reply(hashlib.sha256(body).hexdigest().encode())
+
+    def websocket(self):
+        key = self.headers["Sec-WebSocket-Key"]
+        accept = base64.b64encode(hashlib.sha1(
+            (key + "258EAFA5-E914-47DA-95CA-C5AB0DC85B11").encode()).digest()).decode()
+        self.send_response(101)
+        self.send_header("Upgrade", "websocket")
+        self.send_header("Connection", "Upgrade")
+        self.send_header("Sec-WebSocket-Accept", accept)
+        self.end_headers()
+        self.wfile.flush()
+        while True:
+            head = self.rfile.read(2)
+            if len(head) < 2:
+                return
+            opcode, size = head[0] & 15, head[1] & 127
+            if size == 126:
+                size = struct.unpack(">H", self.rfile.read(2))[0]
+            elif size == 127:
+                size = struct.unpack(">Q", self.rfile.read(8))[0]
+            mask = self.rfile.read(4) if head[1] & 128 else b"\0\0\0\0"
+            data = bytes(b ^ mask[i % 4] for i, b in enumerate(self.rfile.read(size)))
+            if opcode == 8:
+                self.wfile.write(b"\x88\x00")
+                return
+            if size < 126:
+                out = bytes([128 | opcode, size])
+            elif size < 65536:
+                out = bytes([128 | opcode, 126]) + struct.pack(">H", size)
+            else:
+                out = bytes([128 | opcode, 127]) + struct.pack(">Q", size)
+            self.wfile.write(out + data)
+            self.wfile.flush()
+
+ThreadingHTTPServer.daemon_threads = True
+ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), App).serve_forever()
+"""
+
+# Detach the app from the exec that starts it (the exec ends; the app keeps running).
+LAUNCH = (
+    "import subprocess, sys; subprocess.Popen([sys.executable, '/tmp/app.py', sys.argv[1]], "
+    "stdin=subprocess.DEVNULL, stdout=open('/tmp/app.log', 'ab'), stderr=subprocess.STDOUT, "
+    "start_new_session=True)"
+)
+
+
+@pytest.fixture(scope="module")
+def preview_ns(operator: Kube) -> Iterator[str]:
+    name = f"t-preview-{secrets.token_hex(3)}"
+    operator.kubectl("create", "namespace", name)
+    opt_in(operator, name)
+    yield name
+    operator.kubectl("delete", "namespace", name, "--wait=false", check=False)
+
+
+@pytest.fixture(scope="module")
+def client(operator: Kube, preview_ns: str) -> Client:
+    return Client(preview_ns, kubeconfig=operator.kubeconfig)
+
+
+@pytest.fixture(scope="module")
+def box(operator: Kube, client: Client, preview_ns: str) -> Iterator[Sandbox]:
+    sandbox = client.create("code-exec", "web")
+    sandbox.files.write("/tmp/app.py", APP)
+    operator.exec(sandbox.pod, preview_ns, "python3", "-c", LAUNCH, str(APP_PORT), check=True)
+    yield sandbox
+    sandbox.delete()
+
+
+@pytest.fixture(scope="module")
+def proxy(operator: Kube) -> dict[str, str]:
+    """Addresses of the proxy: its Service's ClusterIP and its (single) pod's IP."""
+    service = operator.get("service", "openblox-preview", SYSTEM)
+    pods = json.loads(
+        operator.kubectl(
+            "get",
+            "pods",
+            "-n",
+            SYSTEM,
+            "-l",
+            "app.kubernetes.io/name=openblox-preview",
+            "-o",
+            "json",
+        ).stdout
+    )["items"]
+    running = [
+        p
+        for p in pods
+        if p["status"].get("phase") == "Running" and not p["metadata"].get("deletionTimestamp")
+    ]
+    assert len(running) == 1, "the tests expect one proxy replica"
+    return {
+        "service": service["spec"]["clusterIP"],
+        "pod": running[0]["status"]["podIP"],
+        "pod_name": running[0]["metadata"]["name"],
+    }
+
+
+def _local(url: str, host: str) -> tuple[str, str]:
+    """(host, path) of a preview URL, aimed at this cluster's address of the proxy."""
+    return host, urlsplit(url).path
+
+
+def _get(host: str, path: str, port: int = 80, timeout: float = 30) -> tuple[int, bytes]:
+    conn = http.client.HTTPConnection(host, port, timeout=timeout)
+    try:
+        conn.request("GET", path)
+        response = conn.getresponse()
+        return response.status, response.read()
+    finally:
+        conn.close()
+
+
+def _api_requests(pod_ip: str) -> float:
+    text = urllib.request.urlopen(f"http://{pod_ip}:9090/metrics", timeout=10).read().decode()
+    return sum(
+        float(m.group(1))
+        for m in re.finditer(r"^openblox_preview_api_requests_total\{[^}]*\} (\S+)$", text, re.M)
+    )
+
+
+@pytest.fixture(scope="module")
+def link(box: Sandbox, proxy: dict[str, str]) -> str:
+    url = box.preview_url(APP_PORT, ttl=600)
+    host, path = _local(url, proxy["service"])
+    # The app starts in the background: wait until it answers through the proxy.
+    wait_for(
+        "the app to answer through the proxy",
+        lambda: _get(host, path + "hello")[0] == 200,
+        timeout=60,
+        every=1,
+    )
+    return path
+
+
+def test_a_loopback_server_in_the_sandbox_answers_through_the_proxy(
+    proxy: dict[str, str], link: str
+) -> None:
+    status, body = _get(proxy["service"], link + "hello?x=1")
+    assert status == 200
+    assert body.startswith(b"hello /hello?x=1 via 127.0.0.1:")
+    assert f"prefix={link.rstrip('/')}".encode() in body
+
+
+def test_keep_alive_carries_two_requests_on_one_connection(
+    proxy: dict[str, str], link: str
+) -> None:
+    conn = http.client.HTTPConnection(proxy["service"], 80, timeout=30)
+    peers = []
+    started = time.monotonic()
+    for _ in range(2):
+        conn.request("GET", link + "hello")
+        response = conn.getresponse()
+        assert response.status == 200
+        assert response.getheader("Connection") != "close"
+        peers.append(response.read().split(b" via ")[1].split(b" ")[0])
+    conn.close()
+    # One client connection, one tunnel: the app saw the same TCP peer both times.
+    assert peers[0] == peers[1], peers
+    assert time.monotonic() - started < 20
+
+
+def test_a_large_body_streams_both_ways(proxy: dict[str, str], link: str) -> None:
+    size = 32 << 20
+    conn = http.client.HTTPConnection(proxy["service"], 80, timeout=120)
+    started = time.monotonic()
+    conn.request("GET", f"{link}big?n={size}")
+    response = conn.getresponse()
+    assert response.status == 200
+    received = 0
+    expected = bytes(range(256)) * 4
+    first = response.read(1024)
+    assert first == expected
+    received += len(first)
+    while chunk := response.read(1 << 20):
+        received += len(chunk)
+    seconds = time.monotonic() - started
+    assert received == size
+    print(
+        f"\npreview download: {size / seconds / 1e6:.1f} MB/s ({size >> 20} MiB in {seconds:.2f}s)"
+    )
+    payload = secrets.token_bytes(8 << 20)
+    conn.request("POST", link + "echo", body=payload)
+    reply = conn.getresponse()
+    assert reply.status == 200
+
+    assert reply.read().decode() == hashlib.sha256(payload).hexdigest()
+    conn.close()
+
+
+def test_a_websocket_echoes_through_the_proxy(proxy: dict[str, str], link: str) -> None:
+    ws = websocket.create_connection(f"ws://{proxy['service']}{link}ws", timeout=30)
+    try:
+        for message in ("hello", "ünïcødé ✓", "x" * 70_000):
+            ws.send(message)
+            assert ws.recv() == message
+        ws.send_binary(bytes(range(256)))
+        assert ws.recv() == bytes(range(256))
+    finally:
+        ws.close()
+
+
+def _tampered(token: str) -> str:
+    version, key_id, payload, signature = token.split(".")
+    body = json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
+    body["p"] = 22
+    raw = base64.urlsafe_b64encode(json.dumps(body).encode()).rstrip(b"=").decode()
+    return f"{version}.{key_id}.{raw}.{signature}"
+
+
+def test_bad_tokens_get_403_before_any_api_request(
+    client: Client, box: Sandbox, proxy: dict[str, str], link: str
+) -> None:
+    good = link.split("/")[2]
+    key_id, key = read_key_ring(client._core).signing_key()
+    uid = box._body["metadata"]["uid"]
+    now = int(time.time())
+    bad = {
+        "forged": sign(Grant(box.namespace, box.name, uid, APP_PORT, now + 600), key_id, b"f" * 32),
+        "expired": sign(Grant(box.namespace, box.name, uid, APP_PORT, now - 1), key_id, key),
+        "tampered": _tampered(good),
+        "unknown-key": sign(Grant(box.namespace, box.name, uid, APP_PORT, now + 600), "nokey", key),
+        "malformed": "v1.x.y.z",
+    }
+    before = _api_requests(proxy["pod"])
+    for what, token in bad.items():
+        conn = http.client.HTTPConnection(proxy["pod"], 8080, timeout=30)
+        conn.request("POST", f"/p/{token}/echo", body=b"never read")
+        response = conn.getresponse()
+        body = json.loads(response.read())
+        conn.close()
+        assert response.status == 403, what
+        expected = "forged" if what == "tampered" else what
+        assert body == {"error": "forbidden", "reason": expected}, what
+    assert _api_requests(proxy["pod"]) == before, "a refused token caused an API request"
+    # The counter does move for a good link that needs a new tunnel.
+    assert _get(proxy["pod"], link + "hello", port=8080)[0] == 200
+    assert _api_requests(proxy["pod"]) > before
+
+
+def test_a_link_for_another_sandbox_uid_is_404_and_nothing_listening_is_502(
+    client: Client, box: Sandbox, proxy: dict[str, str], link: str
+) -> None:
+    # A Sandbox deleted and made again under the same name is not reachable by old links.
+    key_id, key = read_key_ring(client._core).signing_key()
+    stale = Grant(
+        box.namespace, box.name, "uid-of-an-earlier-sandbox", APP_PORT, int(time.time()) + 60
+    )
+    status, body = _get(proxy["service"], f"/p/{sign(stale, key_id, key)}/hello")
+    assert status == 404, body
+    status, body = _get(proxy["service"], urlsplit(box.preview_url(APP_PORT + 1)).path)
+    assert status == 502, body
+    assert b"connect 127.0.0.1:8001" in body
+
+
+def _patch_secret(kube: Kube, patch: list[dict[str, object]], pod_name: str) -> None:
+    kube.kubectl("patch", "secret", SECRET, "-n", SYSTEM, "--type=json", "-p", json.dumps(patch))
+    # A pod update makes the kubelet sync the pod now, refreshing the Secret volume
+    # without waiting for its periodic resync.
+    kube.kubectl(
+        "annotate",
+        "pod",
+        pod_name,
+        "-n",
+        SYSTEM,
+        f"openblox.sh/keys-touched={time.time()}",
+        "--overwrite",
+    )
+
+
+def test_rotation_keeps_old_links_until_the_old_key_is_removed(
+    operator: Kube, client: Client, box: Sandbox, proxy: dict[str, str], link: str
+) -> None:
+    old_id, _ = read_key_ring(client._core).signing_key()
+    new_id = f"k-{secrets.token_hex(4)}"
+    new_key = base64.b64encode(secrets.token_urlsafe(48).encode()).decode()
+    host = proxy["service"]
+
+    def status(path: str) -> int:
+        return _get(host, path + "hello")[0]
+
+    # 1. Add the new key and make it current.
+    _patch_secret(
+        operator,
+        [
+            {"op": "add", "path": f"/data/{new_id}", "value": new_key},
+            {
+                "op": "replace",
+                "path": "/data/current",
+                "value": base64.b64encode(new_id.encode()).decode(),
+            },
+        ],
+        proxy["pod_name"],
+    )
+    new_link = urlsplit(box.preview_url(APP_PORT, ttl=600)).path
+    assert f"/p/v1.{new_id}." in new_link
+    wait_for("the proxy to load the new key", lambda: status(new_link) == 200, timeout=150, every=2)
+    assert status(link) == 200, "an old link must stay valid while its key is in the ring"
+    # 2. Remove the old key: its links die; the new ones live.
+    _patch_secret(operator, [{"op": "remove", "path": f"/data/{old_id}"}], proxy["pod_name"])
+    wait_for("the proxy to drop the old key", lambda: status(link) == 403, timeout=150, every=2)
+    assert json.loads(_get(host, link + "hello")[1])["reason"] == "unknown-key"
+    assert status(new_link) == 200

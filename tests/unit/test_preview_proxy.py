@@ -1,0 +1,207 @@
+"""The preview proxy's HTTP handling, in-process: the exec stream is replaced by a loopback
+socket to a local server, so framing, keep-alive, streaming, upgrades and the
+token-first rule are checked without a cluster."""
+
+from __future__ import annotations
+
+import http.client
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import pytest
+
+from openblox.client.exec_stream import STDOUT, Frame
+from openblox.preview.relay import Tunnel
+from openblox.preview.server import PreviewServer
+from openblox.preview.tokens import Grant, sign
+
+KEY = b"s" * 32
+
+
+class LoopbackExec:
+    """Stands in for ExecSocket: stdin/stdout of the relay become a TCP connection."""
+
+    def __init__(self, port: int) -> None:
+        self._sock = socket.create_connection(("127.0.0.1", port))
+
+    def send_stdin(self, data: bytes) -> None:
+        self._sock.sendall(data)
+
+    def close_stdin(self) -> None:
+        self._sock.shutdown(socket.SHUT_WR)
+
+    def frames(self, deadline: float) -> Iterator[Frame]:
+        while True:
+            try:
+                data = self._sock.recv(65536)
+            except OSError:
+                return
+            if not data:
+                return
+            yield Frame(STDOUT, data)
+
+    def close(self) -> None:
+        self._sock.close()
+
+
+class FakeBackend:
+    def __init__(self) -> None:
+        self.opened: list[Grant] = []
+
+    def open(self, grant: Grant) -> Tunnel:
+        self.opened.append(grant)
+        return Tunnel(LoopbackExec(grant.port))  # type: ignore[arg-type]
+
+
+class App(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *_: Any) -> None:
+        pass
+
+    def do_GET(self) -> None:
+        if self.path.startswith("/big"):
+            size = int(self.path.split("=")[1])
+            self.send_response(200)
+            self.send_header("Content-Length", str(size))
+            self.end_headers()
+            block = b"x" * 65536
+            sent = 0
+            while sent < size:
+                self.wfile.write(block[: size - sent])
+                sent += min(65536, size - sent)
+            return
+        body = f"path={self.path} host={self.headers['Host']} conn={id(self.connection)}".encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_POST(self) -> None:
+        if self.headers.get("Transfer-Encoding") == "chunked":
+            data = b""
+            while True:
+                size = int(self.rfile.readline().strip(), 16)
+                if size == 0:
+                    self.rfile.readline()
+                    break
+                data += self.rfile.read(size)
+                self.rfile.readline()
+        else:
+            data = self.rfile.read(int(self.headers["Content-Length"]))
+        self.send_response(200)
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        for part in (data[:3], data[3:]):
+            if part:
+                self.wfile.write(f"{len(part):x}\r\n".encode() + part + b"\r\n")
+        self.wfile.write(b"0\r\n\r\n")
+
+
+@pytest.fixture
+def app() -> Iterator[int]:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), App)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield server.server_address[1]
+    server.shutdown()
+
+
+@pytest.fixture
+def proxy() -> Iterator[tuple[int, FakeBackend]]:
+    backend = FakeBackend()
+    server = PreviewServer(("127.0.0.1", 0), lambda: {"k1": KEY}, backend)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield server.server_address[1], backend
+    server.shutdown()
+    server.server_close()
+
+
+def _token(port: int, ttl: int = 60, key: bytes = KEY, key_id: str = "k1") -> str:
+    return sign(Grant("ns", "sb", "uid", port, int(time.time()) + ttl), key_id, key)
+
+
+def test_keep_alive_reuses_one_tunnel(app: int, proxy: tuple[int, FakeBackend]) -> None:
+    port, backend = proxy
+    token = _token(app)
+    conn = http.client.HTTPConnection("127.0.0.1", port)
+    bodies = []
+    for path in ("/a?x=1", "/b"):
+        conn.request("GET", f"/p/{token}{path}")
+        response = conn.getresponse()
+        assert response.status == 200
+        assert response.getheader("Referrer-Policy") == "no-referrer"
+        bodies.append(response.read().decode())
+    assert bodies[0].startswith(f"path=/a?x=1 host=localhost:{app}")
+    assert bodies[0].split("conn=")[1] == bodies[1].split("conn=")[1]
+    assert len(backend.opened) == 1
+
+
+def test_bodies_stream_both_ways(app: int, proxy: tuple[int, FakeBackend]) -> None:
+    port, _ = proxy
+    token = _token(app)
+    conn = http.client.HTTPConnection("127.0.0.1", port)
+    conn.request("POST", f"/p/{token}/echo", body=b"hello world")
+    assert conn.getresponse().read() == b"hello world"
+    conn.request("POST", f"/p/{token}/echo", body=iter([b"chunk", b"ed"]))
+    assert conn.getresponse().read() == b"chunked"
+    conn.request("GET", f"/p/{token}/big?n={5 << 20}")
+    assert len(conn.getresponse().read()) == 5 << 20
+
+
+@pytest.mark.parametrize(
+    "token",
+    [
+        "garbage",
+        "v1.k1.e30.AAAA",
+        "expired",
+        "unknown",
+        "forged",
+    ],
+)
+def test_bad_tokens_get_403_and_no_backend_call(
+    app: int, proxy: tuple[int, FakeBackend], token: str
+) -> None:
+    port, backend = proxy
+    token = {
+        "expired": _token(app, ttl=-5),
+        "unknown": _token(app, key_id="k2"),
+        "forged": _token(app, key=b"f" * 32),
+    }.get(token, token)
+    conn = http.client.HTTPConnection("127.0.0.1", port)
+    conn.request("GET", f"/p/{token}/")
+    response = conn.getresponse()
+    assert response.status == 403
+    assert b"forbidden" in response.read()
+    assert backend.opened == []
+
+
+def test_no_token_redirect_and_health(app: int, proxy: tuple[int, FakeBackend]) -> None:
+    port, _ = proxy
+    conn = http.client.HTTPConnection("127.0.0.1", port)
+    conn.request("GET", "/healthz")
+    assert conn.getresponse().status == 200
+    conn = http.client.HTTPConnection("127.0.0.1", port)
+    conn.request("GET", "/etc/passwd")
+    assert conn.getresponse().status == 404
+    token = _token(app)
+    conn = http.client.HTTPConnection("127.0.0.1", port)
+    conn.request("GET", f"/p/{token}")
+    response = conn.getresponse()
+    assert response.status == 308
+    assert response.getheader("Location") == f"/p/{token}/"
+
+
+def test_nothing_listening_is_502(proxy: tuple[int, FakeBackend]) -> None:
+    port, _ = proxy
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        free = probe.getsockname()[1]
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    conn.request("GET", f"/p/{_token(free)}/")
+    response = conn.getresponse()
+    assert response.status == 502
+    assert response.getheader("Connection") == "close"
