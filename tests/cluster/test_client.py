@@ -17,6 +17,7 @@ from openblox.client import (
     Client,
     FileOperationError,
     InvalidArgument,
+    ProcessNotFound,
     Sandbox,
     SandboxGone,
     SandboxNotReady,
@@ -234,3 +235,101 @@ def test_command_line_run_prints_42_and_returns_the_exit_status(
         [*base, "sh", "-c", "exit 5"], capture_output=True, timeout=180, check=False
     )
     assert failing.returncode == 5
+
+
+# ---------------------------------------------------------------------- streaming
+
+
+def test_stream_hands_over_output_while_the_command_runs(box: Sandbox) -> None:
+    started = time.monotonic()
+    arrivals: list[tuple[float, str, bytes]] = []
+    stream = box.stream(["sh", "-c", "echo one; sleep 1.5; echo two >&2; exit 5"])
+    for chunk in stream:
+        arrivals.append((time.monotonic() - started, chunk.stream, chunk.data))
+    assert [(s, d) for _, s, d in arrivals] == [("stdout", b"one\n"), ("stderr", b"two\n")]
+    assert arrivals[1][0] - arrivals[0][0] > 1.0, "the first line came before the command ended"
+    assert stream.result.exit_code == 5
+    assert stream.result.stdout == b"one\n"  # the tail kept for classifying denials
+
+
+def test_stream_keeps_the_cap(box: Sandbox) -> None:
+    stream = box.stream(["head", "-c", "5000000", "/dev/zero"], output_limit=100_000)
+    received = sum(len(chunk.data) for chunk in stream)
+    assert received == 100_000
+    assert stream.result.truncated is True
+
+
+# ---------------------------------------------------------------------- background processes
+
+
+def test_a_background_process_is_idempotent_by_name_and_keeps_its_logs(box: Sandbox) -> None:
+    argv = ["python3", "-u", "-c", "import time; print('up'); time.sleep(1000)"]
+    first = box.start_process("sleeper", argv)
+    again = box.start_process("sleeper", argv)
+    assert first.started is True and first.running
+    assert again.started is False and again.pid == first.pid
+    deadline = time.monotonic() + 10
+    while box.logs("sleeper") != b"up\n" and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert box.logs("sleeper") == b"up\n"
+    listed = {p.name: p for p in box.processes()}
+    assert listed["sleeper"].running and listed["sleeper"].argv == tuple(argv)
+    stopped = box.stop_process("sleeper")
+    assert not stopped.running and stopped.stopped and stopped.signal in (9, 15)
+    restarted = box.start_process("sleeper", argv)
+    assert restarted.started is True and restarted.pid != first.pid
+    box.stop_process("sleeper", grace=0.5)
+
+
+def test_stop_ends_the_whole_tree_even_what_left_the_session(box: Sandbox) -> None:
+    box.start_process("tree", ["sh", "-c", "setsid sleep 4242 & sleep 4242 & wait"])
+    assert b"4242" in box.exec(["ps", "-eo", "args"]).stdout
+    box.stop_process("tree", grace=0.5)
+    assert b"sleep 4242" not in box.exec(["ps", "-eo", "args"]).stdout
+
+
+def test_an_ended_process_reports_its_exit_code_and_stderr(box: Sandbox) -> None:
+    box.start_process("short", ["sh", "-c", "echo bye >&2; exit 4"])
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        ended = {p.name: p for p in box.processes()}["short"]
+        if not ended.running:
+            break
+        time.sleep(0.2)
+    assert (ended.running, ended.exit_code, ended.stopped) == (False, 4, False)
+    assert box.logs("short", stream="stderr") == b"bye\n"
+
+
+def test_a_background_server_answers_an_exec_on_loopback(box: Sandbox) -> None:
+    box.files.write("/workspace/index.html", b"served from the sandbox")
+    box.start_process(
+        "web",
+        ["python3", "-m", "http.server", "8123", "--bind", "127.0.0.1"],
+        cwd="/workspace",
+    )
+    fetch = (
+        "import time, urllib.request\n"
+        "for _ in range(50):\n"
+        "    try:\n"
+        "        print(urllib.request.urlopen('http://127.0.0.1:8123/index.html').read().decode())\n"
+        "        break\n"
+        "    except OSError:\n"
+        "        time.sleep(0.1)\n"
+    )
+    try:
+        assert box.exec(["python3", "-c", fetch]).stdout == b"served from the sandbox\n"
+    finally:
+        box.stop_process("web")
+
+
+def test_background_process_bad_input_is_refused_with_a_clear_error(box: Sandbox) -> None:
+    for bad in ("", "../escape", "Upper", "a/b", "x" * 64):
+        with pytest.raises(InvalidArgument, match="process name"):
+            box.start_process(bad, ["true"])
+    with pytest.raises(InvalidArgument, match="shell string"):
+        box.start_process("shell", "echo hi")  # type: ignore[arg-type]
+    with pytest.raises(ProcessNotFound):
+        box.logs("never-started")
+    with pytest.raises(ProcessNotFound):
+        box.stop_process("never-started")
+    assert box.exec(["true"]).exit_code == 0

@@ -7,11 +7,14 @@ from openblox.client.errors import (
     FileOperationError,
     InvalidArgument,
     OpenbloxClientError,
+    ProcessNotFound,
     SandboxGone,
     SandboxNotReady,
     SandboxTimeout,
 )
+from openblox.client.processes import Process
 from openblox.client.results import ExecResult
+from openblox.client.supervised import ExecStream, OutputChunk
 from openblox.client.sync import Client, Sandbox
 
 __all__ = [
@@ -20,10 +23,14 @@ __all__ = [
     "AsyncSandbox",
     "Client",
     "ExecResult",
+    "ExecStream",
     "ExecTransportError",
     "FileOperationError",
     "InvalidArgument",
     "OpenbloxClientError",
+    "OutputChunk",
+    "Process",
+    "ProcessNotFound",
     "Sandbox",
     "SandboxGone",
     "SandboxNotReady",

@@ -67,3 +67,8 @@ class FileOperationError(OpenbloxClientError):
 
 class InvalidArgument(OpenbloxClientError, ValueError):
     """A call's argument is out of range (a timeout above the profile's, say)."""
+
+
+class ProcessNotFound(OpenbloxClientError, LookupError):
+    """No background command by that name was ever started in this sandbox (or its pod
+    was replaced since, which loses them)."""

@@ -1,30 +1,161 @@
-"""Runs inside the sandbox around every exec: timeout, output cap, whole-tree kill.
+"""Runs inside the sandbox around every command the client starts.
 
-Sent as `python3 -c <this file> <config json> -- argv...`, so it must stay standard
-library only and self-contained. It makes itself a child subreaper, so anything the
-command forks (including `setsid` and double-forked daemons) stays its descendant and is
-killed with the command. Output is framed (one tag byte, a 4-byte length, the data) so
-the caller can tell the command's bytes from the supervisor's verdict, which the command
-cannot forge: everything it writes is framed by the supervisor.
+Sent as `python3 -I -S -c <this file> MODE ...`, so it must stay standard library only
+and self-contained; `-I -S` keeps a file the guest wrote into the working directory
+from being imported in place of a standard module, and skips `site` for start-up time.
+It imports little for the same reason: every import is paid on every exec.
+
+Modes:
+  run TIMEOUT CAP NPROC CWD [KEY=VALUE ...] -- ARGV...   one command, waited for
+  start NAME NPROC CWD LOGCAP [KEY=VALUE ...] -- ARGV... a named background command
+  ps                                                     the named commands, JSON lines
+  stop NAME GRACE                                        end a named command's tree
+  logs NAME STREAM LIMIT                                 the tail of its stdout/stderr
+
+Every guest command gets, before it starts: a syscall filter (no new namespaces, no
+mounts, no BPF/perf/userfaultfd/keyrings; clone3 answers ENOSYS so glibc falls back to
+clone, whose flags the filter can read), no_new_privs, and RLIMIT_NPROC set to the
+profile's process cap, which gVisor enforces for the sandbox user. The filter and the
+limit are inherited and cannot be lifted by the command.
+
+`run` makes itself a child subreaper, so anything the command forks (including `setsid`
+and double-forked daemons) stays its descendant and is killed with it. Output is framed
+(one tag byte, a 4-byte length, the data) so the caller can tell the command's bytes
+from the verdict: everything the command writes is framed by the supervisor.
 """
 
+from __future__ import annotations
+
 import ctypes
-import json
 import os
 import select
-import signal
-import struct
 import sys
 import time
 
-PR_SET_CHILD_SUBREAPER = 36
+# `typing` alone costs ~25 ms to import inside gVisor, on every exec: types only.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, NoReturn
+
 PR_SET_DUMPABLE = 4
+PR_SET_SECCOMP = 22
+PR_SET_CHILD_SUBREAPER = 36
+PR_SET_NO_NEW_PRIVS = 38
+SECCOMP_MODE_FILTER = 2
+RLIMIT_NPROC = 6
+SIGKILL = 9
+SIGTERM = 15
+EPERM = 1
+ENOSYS = 38
 CHUNK = 65536
+STATE_DIR = "/run/openblox/processes"
+
+# Syscall numbers: (audit arch, refused with EPERM, clone3, checked for namespace flags).
+_X86_64 = (
+    0xC000003E,
+    # setns mount umount2 pivot_root open_tree..fspick mount_setattr bpf perf_event_open
+    # userfaultfd add_key request_key keyctl
+    (308, 165, 166, 155, 428, 429, 430, 431, 432, 433, 442, 321, 298, 323, 248, 249, 250),
+    435,
+    (272, 56),  # unshare, clone
+)
+_AARCH64 = (
+    0xC00000B7,
+    (268, 40, 39, 41, 428, 429, 430, 431, 432, 433, 442, 280, 241, 282, 217, 218, 219),
+    435,
+    (97, 220),
+)
+# CLONE_NEWTIME | CLONE_NEWNS | CLONE_NEWCGROUP | CLONE_NEWUTS | CLONE_NEWIPC |
+# CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWNET
+NAMESPACE_FLAGS = 0x00000080 | 0x00020000 | 0x7E000000
+RET_KILL_PROCESS = 0x80000000
+RET_ERRNO = 0x00050000
+RET_ALLOW = 0x7FFF0000
+LD_ABS, JEQ, JGE, JSET, RET = 0x20, 0x15, 0x35, 0x45, 0x06
+
+
+Table = tuple[int, tuple[int, ...], int, tuple[int, ...]]
+Instruction = tuple[int, int, int, int]
+
+
+def seccomp_program(table: Table) -> list[Instruction]:
+    """The filter as (code, jt, jf, k) instructions; x32 and foreign-arch calls are refused."""
+    arch, refused, clone3, flagged = table
+    program: list[Instruction] = [
+        (LD_ABS, 0, 0, 4),
+        (JEQ, 1, 0, arch),
+        (RET, 0, 0, RET_KILL_PROCESS),
+    ]
+    program.append((LD_ABS, 0, 0, 0))
+    tests = [(JGE, 0x40000000, "enosys"), (JEQ, clone3, "enosys")]
+    tests += [(JEQ, number, "eperm") for number in refused]
+    tests += [(JEQ, number, "flags") for number in flagged]
+    allow = len(program) + len(tests)
+    targets = {"flags": allow + 1, "eperm": allow + 4, "enosys": allow + 5}
+    for code, k, target in tests:
+        program.append((code, targets[target] - len(program) - 1, 0, k))
+    program += [
+        (RET, 0, 0, RET_ALLOW),
+        (LD_ABS, 0, 0, 16),  # the low half of args[0]: clone's and unshare's flags
+        (JSET, 1, 0, NAMESPACE_FLAGS),
+        (RET, 0, 0, RET_ALLOW),
+        (RET, 0, 0, RET_ERRNO | EPERM),
+        (RET, 0, 0, RET_ERRNO | ENOSYS),
+    ]
+    return program
+
+
+def confine(libc: ctypes.CDLL, nproc: int) -> None:
+    """Limits for a guest command, applied in the child just before exec. Raises on failure."""
+    if nproc > 0:
+        limit = (ctypes.c_ulong * 2)(nproc, nproc)
+        if libc.setrlimit(RLIMIT_NPROC, limit) != 0:
+            raise OSError(ctypes.get_errno(), "setrlimit(RLIMIT_NPROC) failed")
+    machine = os.uname().machine
+    table: Table | None = {"x86_64": _X86_64, "aarch64": _AARCH64}.get(machine)
+    if table is None:
+        raise OSError(ENOSYS, f"no syscall filter for {machine}")
+    program = seccomp_program(table)
+    raw = b"".join(
+        code.to_bytes(2, "little") + bytes((jt, jf)) + k.to_bytes(4, "little")
+        for code, jt, jf, k in program
+    )
+    buffer = ctypes.create_string_buffer(raw, len(raw))
+
+    class Program(ctypes.Structure):
+        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+    fprog = Program(len(program), ctypes.cast(buffer, ctypes.c_void_p))
+    if libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_NO_NEW_PRIVS) failed")
+    if libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(fprog), 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "installing the syscall filter failed")
+
+
+def exec_confined(
+    libc: ctypes.CDLL, argv: list[str], env: dict[str, str], cwd: str, nproc: int
+) -> NoReturn:
+    """In a forked child: confine, then become the command. Never returns."""
+    try:
+        if cwd:
+            os.chdir(cwd)
+        confine(libc, nproc)
+    except OSError as error:
+        # Fail closed: a command never runs without its limits.
+        os.write(2, f"openblox: not starting {argv[0]}: {error.strerror or error}\n".encode())
+        os._exit(126)
+    try:
+        os.execvpe(argv[0], argv, env)
+    except FileNotFoundError as error:
+        os.write(2, f"openblox: {argv[0]}: {error.strerror or 'not found'}\n".encode())
+        os._exit(127)
+    except OSError as error:
+        os.write(2, f"openblox: {argv[0]}: {error.strerror}\n".encode())
+        os._exit(126)
 
 
 def frame(tag: bytes, data: bytes) -> None:
-    header = tag + struct.pack(">I", len(data))
-    view = memoryview(header + data)
+    view = memoryview(tag + len(data).to_bytes(4, "big") + data)
     while view:
         written = os.write(1, view)
         view = view[written:]
@@ -52,6 +183,14 @@ def descendants(root: int) -> list[int]:
     return found
 
 
+def signal_tree(root: int, signal: int) -> None:
+    for pid in descendants(root):
+        try:
+            os.kill(pid, signal)
+        except OSError:
+            pass
+
+
 def kill_tree(root: int) -> None:
     """SIGKILL every descendant until none is left; reap them as they die."""
     for _ in range(200):
@@ -60,7 +199,7 @@ def kill_tree(root: int) -> None:
             return
         for pid in left:
             try:
-                os.kill(pid, signal.SIGKILL)
+                os.kill(pid, SIGKILL)
             except OSError:
                 pass
         reap()
@@ -79,20 +218,40 @@ def reap() -> dict[int, int]:
         statuses[pid] = status
 
 
-def main() -> None:
-    config = json.loads(sys.argv[1])
-    argv = sys.argv[3:]
-    deadline = time.monotonic() + float(config["timeout"])
-    cap = int(config["cap"])
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
-        # Not dumpable: the command (same uid) cannot open /proc/<this>/fd/1 to forge
-        # frames, nor ptrace this process. It can still kill it; the caller's own
-        # deadline and output cap hold regardless.
-        libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
-    except (OSError, AttributeError):
-        pass
+def split_command(args: list[str]) -> tuple[dict[str, str], list[str]]:
+    """(env overrides, argv) from `KEY=VALUE ... -- ARGV...`."""
+    marker = args.index("--")
+    env = dict(os.environ)
+    for pair in args[:marker]:
+        key, _, value = pair.partition("=")
+        env[key] = value
+    return env, args[marker + 1 :]
+
+
+def exit_code_of(status: int | None) -> tuple[int, int | None]:
+    """(exit code, signal or None): a kill is told apart from exit(137)."""
+    if status is None:
+        return 128 + SIGKILL, SIGKILL
+    if os.WIFSIGNALED(status):
+        return 128 + os.WTERMSIG(status), os.WTERMSIG(status)
+    return os.WEXITSTATUS(status), None
+
+
+def libc_with_prctl(*options: int) -> ctypes.CDLL:
+    libc = ctypes.CDLL(None, use_errno=True)
+    for option in options:
+        libc.prctl(option, 1 if option != PR_SET_DUMPABLE else 0, 0, 0, 0)
+    return libc
+
+
+def run(args: list[str]) -> None:
+    timeout, cap, nproc, cwd = float(args[0]), int(args[1]), int(args[2]), args[3]
+    env, argv = split_command(args[4:])
+    deadline = time.monotonic() + timeout
+    # Not dumpable: the command (same uid) cannot open /proc/<this>/fd/1 to forge frames,
+    # nor ptrace this process. It can still kill it; the caller's own deadline and
+    # output cap hold regardless.
+    libc = libc_with_prctl(PR_SET_CHILD_SUBREAPER, PR_SET_DUMPABLE)
     out_r, out_w = os.pipe()
     err_r, err_w = os.pipe()
     pid = os.fork()
@@ -101,18 +260,7 @@ def main() -> None:
         os.dup2(err_w, 2)
         for fd in (out_r, out_w, err_r, err_w):
             os.close(fd)
-        env = dict(os.environ)
-        env.update(config.get("env") or {})
-        try:
-            if config.get("cwd"):
-                os.chdir(config["cwd"])
-            os.execvpe(argv[0], argv, env)
-        except FileNotFoundError as error:
-            os.write(2, f"openblox: {argv[0]}: {error.strerror or 'not found'}\n".encode())
-            os._exit(127)
-        except OSError as error:
-            os.write(2, f"openblox: {argv[0]}: {error.strerror}\n".encode())
-            os._exit(126)
+        exec_confined(libc, argv, env, cwd, nproc)
     os.close(out_w)
     os.close(err_w)
     tags = {out_r: b"O", err_r: b"E"}
@@ -145,32 +293,266 @@ def main() -> None:
                 data, truncated = data[:room], True
             sent += len(data)
             frame(tags[fd], data)
-    if status is None and not timed_out:
-        while status is None and time.monotonic() < deadline:
-            status = reap().get(pid)
-            if status is None:
-                time.sleep(0.005)
-        timed_out = status is None
+    while status is None and not timed_out:
+        status = reap().get(pid)
+        if status is None:
+            if time.monotonic() >= deadline:
+                timed_out = True
+            else:
+                time.sleep(0.002)
     kill_tree(os.getpid())
     if status is None:
         status = reap().get(pid)
-    # The signal that ended the command, apart from its exit code: exit(137) is not a kill.
-    killed_by: int | None = None
+    exit_code, killed_by = exit_code_of(status)
+    flag = {True: "true", False: "false"}
+    signal_text = "null" if killed_by is None else str(killed_by)
+    verdict = (
+        f'{{"exit_code": {exit_code}, "timed_out": {flag[timed_out]}, '
+        f'"truncated": {flag[truncated]}, "signal": {signal_text}}}'
+    )
+    frame(b"R", verdict.encode())
+
+
+# ---------------------------------------------------------------- background commands
+
+
+def start(args: list[str]) -> None:
+    """Start NAME unless it is running; print its record either way.
+
+    A keeper process per command holds an exclusive lock on the command's directory for
+    as long as the command runs, so "running" needs no pid guessing, and a second start
+    of the same name finds the lock taken and starts nothing. The keeper is a subreaper
+    and ends the command's whole tree when the command's first process exits or on stop.
+    """
+    import fcntl
+    import json
+
+    name, nproc, cwd, log_cap = args[0], int(args[1]), args[2], int(args[3])
+    env, argv = split_command(args[4:])
+    directory = f"{STATE_DIR}/{name}"
+    os.makedirs(directory, exist_ok=True)
+    lock = os.open(f"{directory}/lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        sys.stdout.write(json.dumps(dict(record(directory, name), started=False)) + "\n")
+        return
+    for stale in ("exit", "stdout", "stderr"):
+        try:
+            os.unlink(f"{directory}/{stale}")
+        except FileNotFoundError:
+            pass
+    ready_r, ready_w = os.pipe()
+    if os.fork() == 0:
+        os.close(ready_r)
+        os.setsid()
+        # Off the exec's streams, or the exec would not end while the keeper lives.
+        null = os.open("/dev/null", os.O_RDWR)
+        for fd in (0, 1, 2):
+            os.dup2(null, fd)
+        os.close(null)
+        keep(directory, argv, env, cwd, nproc, log_cap, ready_w)
+        os._exit(0)
+    os.close(ready_w)
+    os.close(lock)  # the keeper holds its own copy of the locked description
+    os.read(ready_r, 64)
+    sys.stdout.write(json.dumps(dict(record(directory, name), started=True)) + "\n")
+
+
+def keep(  # noqa: PLR0917 - one call site, in the forked keeper
+    directory: str,
+    argv: list[str],
+    env: dict[str, str],
+    cwd: str,
+    nproc: int,
+    cap: int,
+    ready: int,
+) -> None:
+    import json
+    import signal
+
+    libc = libc_with_prctl(PR_SET_CHILD_SUBREAPER, PR_SET_DUMPABLE)
+    out_r, out_w = os.pipe()
+    err_r, err_w = os.pipe()
+    stop_requested: list[bool] = []
+    signal.signal(SIGTERM, lambda *_: stop_requested.append(True))
+    pid = os.fork()
+    if pid == 0:
+        os.dup2(out_w, 1)
+        os.dup2(err_w, 2)
+        for fd in (out_r, out_w, err_r, err_w, ready):
+            os.close(fd)
+        signal.signal(SIGTERM, signal.SIG_DFL)
+        exec_confined(libc, argv, env, cwd, nproc)
+    for fd in (out_w, err_w):
+        os.close(fd)
+    meta = {"argv": argv, "pid": pid, "keeper": os.getpid(), "startedAt": _now()}
+    _write(f"{directory}/meta", json.dumps(meta))
+    logs = {out_r: f"{directory}/stdout", err_r: f"{directory}/stderr"}
+    for path in logs.values():
+        _write(path, "")
+    os.write(ready, str(pid).encode())
+    os.close(ready)
+    open_fds = list(logs)
+    status: int | None = None
+    terminated_at: float | None = None
+    grace = 0.0
+    while status is None:
+        if stop_requested and terminated_at is None:
+            terminated_at = time.monotonic()
+            grace = _read_grace(directory)
+            signal_tree(os.getpid(), SIGTERM)
+        if terminated_at is not None and time.monotonic() - terminated_at > grace:
+            break
+        try:
+            ready_fds, _, _ = select.select(open_fds, [], [], 0.1)
+        except InterruptedError:
+            continue
+        for fd in ready_fds:
+            _drain_once(fd, logs[fd], cap, open_fds)
+        status = reap().get(pid)
+    kill_tree(os.getpid())
     if status is None:
-        exit_code = 128 + signal.SIGKILL
-        killed_by = int(signal.SIGKILL)
-    elif os.WIFSIGNALED(status):
-        killed_by = os.WTERMSIG(status)
-        exit_code = 128 + killed_by
-    else:
-        exit_code = os.WEXITSTATUS(status)
-    verdict = {
-        "exit_code": exit_code,
-        "timed_out": timed_out,
-        "truncated": truncated,
+        status = reap().get(pid)
+    while open_fds:
+        ready_fds, _, _ = select.select(open_fds, [], [], 0)
+        if not ready_fds:
+            break
+        for fd in ready_fds:
+            _drain_once(fd, logs[fd], cap, open_fds)
+    exit_code, killed_by = exit_code_of(status)
+    ended = {
+        "exitCode": exit_code,
         "signal": killed_by,
+        "endedAt": _now(),
+        "stopped": bool(stop_requested),
     }
-    frame(b"R", json.dumps(verdict).encode())
+    _write(f"{directory}/exit", json.dumps(ended))
 
 
-main()
+def _drain_once(fd: int, path: str, cap: int, open_fds: list[int]) -> None:
+    data = os.read(fd, CHUNK)
+    if data:
+        _append_capped(path, data, cap)
+    else:
+        open_fds.remove(fd)
+
+
+def _read_grace(directory: str) -> float:
+    try:
+        with open(f"{directory}/grace") as handle:
+            return float(handle.read())
+    except (OSError, ValueError):
+        return 2.0
+
+
+def _append_capped(path: str, data: bytes, cap: int) -> None:
+    """Append, keeping at most the last `cap` bytes: a chatty server cannot fill the disk."""
+    with open(path, "ab") as handle:
+        handle.write(data)
+        size = handle.tell()
+    if size > cap:
+        with open(path, "rb") as handle:
+            handle.seek(size - cap // 2)
+            tail = handle.read()
+        with open(path, "wb") as handle:
+            handle.write(tail)
+
+
+def _write(path: str, text: str) -> None:
+    with open(path + ".new", "w") as handle:
+        handle.write(text)
+    os.replace(path + ".new", path)
+
+
+def _now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+def record(directory: str, name: str) -> dict[str, Any]:
+    import fcntl
+    import json
+
+    result: dict[str, Any] = {"name": name, "running": False}
+    try:
+        with open(f"{directory}/meta") as handle:
+            result.update(json.load(handle))
+    except (OSError, ValueError):
+        pass
+    try:
+        lock = os.open(f"{directory}/lock", os.O_RDWR | os.O_CLOEXEC)
+    except OSError:
+        return result
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        result["running"] = True
+    finally:
+        os.close(lock)
+    if not result["running"]:
+        try:
+            with open(f"{directory}/exit") as handle:
+                result.update(json.load(handle))
+        except (OSError, ValueError):
+            pass
+    return result
+
+
+def ps(_: list[str]) -> None:
+    import json
+
+    try:
+        names = sorted(os.listdir(STATE_DIR))
+    except FileNotFoundError:
+        names = []
+    for name in names:
+        sys.stdout.write(json.dumps(record(f"{STATE_DIR}/{name}", name)) + "\n")
+
+
+def stop(args: list[str]) -> None:
+    import json
+
+    name, grace = args[0], float(args[1])
+    directory = f"{STATE_DIR}/{name}"
+    if not os.path.isdir(directory):
+        sys.stderr.write(f"no process named {name}\n")
+        sys.exit(3)
+    current = record(directory, name)
+    if current["running"]:
+        keeper = int(current["keeper"])
+        _write(f"{directory}/grace", str(grace))
+        os.kill(keeper, SIGTERM)
+        deadline = time.monotonic() + grace + 2
+        while record(directory, name)["running"] and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if record(directory, name)["running"]:
+            # The keeper did not finish in time: end its tree, then it.
+            for pid in descendants(keeper):
+                try:
+                    os.kill(pid, SIGKILL)
+                except OSError:
+                    pass
+            os.kill(keeper, SIGKILL)
+            while record(directory, name)["running"] and time.monotonic() < deadline + 2:
+                time.sleep(0.05)
+    sys.stdout.write(json.dumps(record(directory, name)) + "\n")
+
+
+def logs(args: list[str]) -> None:
+    name, stream, limit = args[0], args[1], int(args[2])
+    path = f"{STATE_DIR}/{name}/{stream}"
+    try:
+        with open(path, "rb") as handle:
+            handle.seek(0, 2)
+            handle.seek(max(0, handle.tell() - limit))
+            data = handle.read()
+    except FileNotFoundError:
+        sys.stderr.write(f"no process named {name}\n")
+        sys.exit(3)
+    sys.stdout.buffer.write(data)
+
+
+MODES = {"run": run, "start": start, "ps": ps, "stop": stop, "logs": logs}
+
+if __name__ == "__main__":
+    MODES[sys.argv[1]](sys.argv[2:])

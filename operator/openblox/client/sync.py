@@ -30,6 +30,7 @@ from openblox.client.errors import (
     ExecTransportError,
     FileOperationError,
     InvalidArgument,
+    ProcessNotFound,
     SandboxGone,
     SandboxNotReady,
     SandboxTimeout,
@@ -42,7 +43,9 @@ from openblox.client.exec_stream import (
     ExecSocket,
     exit_code_from_status,
 )
+from openblox.client.processes import LOG_BYTES, Process, check_process_name
 from openblox.client.results import ExecResult
+from openblox.client.supervised import ExecStream, _SupervisedRun
 from openblox.denials import (
     ExecOutcome,
     Policy,
@@ -77,13 +80,17 @@ ACTIVITY_DEBOUNCE_SECONDS = 5.0
 # Files move through the exec stream, not the command output cap; this bounds memory.
 DEFAULT_READ_LIMIT = 256 * 1024 * 1024
 SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
-# How long past the command's own timeout the supervisor may take to report.
-EXEC_GRACE_SECONDS = 10.0
 # After an exec breaks without a verdict, how long to wait for the kubelet to report
 # whether the pod's container ended (and why: OOMKilled is a memory denial).
 POD_END_WAIT_SECONDS = 8.0
 _SUPERVISOR = resources.files("openblox.client").joinpath("supervisor.py").read_text()
 _FILE_HELPER = resources.files("openblox.client").joinpath("file_helper.py").read_text()
+# -I: no working directory or user site on sys.path, so a file the guest wrote cannot
+# stand in for a standard module; -S: no `site`, which costs start-up time.
+HELPER_PYTHON = ("python3", "-I", "-S", "-c")
+SUPERVISOR_ARGV = (*HELPER_PYTHON, _SUPERVISOR)
+# The profile default, for a status written before the operator published the cap.
+DEFAULT_PROCESS_CAP = 256
 
 
 def _load_configuration(kubeconfig: str | None, context: str | None) -> k8s.Configuration:
@@ -395,6 +402,11 @@ class Sandbox:
         limits = self.status.get("execLimits") or {}
         return float(limits.get("timeoutSeconds", 60)), int(limits.get("outputBytes", 1 << 20))
 
+    def _process_cap(self) -> int:
+        """The profile's process cap; a status without one gets the default, never none."""
+        limits = self.status.get("execLimits") or {}
+        return int(limits.get("processes") or DEFAULT_PROCESS_CAP)
+
     def exec(
         self,
         argv: Sequence[str],
@@ -411,6 +423,42 @@ class Sandbox:
         On timeout every process the command started is killed, including those that
         left its session.
         """
+        return self._start_run(
+            argv, stdin=stdin, env=env, cwd=cwd, timeout=timeout, output_limit=output_limit
+        ).collect()
+
+    def stream(
+        self,
+        argv: Sequence[str],
+        *,
+        stdin: bytes | str | None = None,
+        env: Mapping[str, str] | None = None,
+        cwd: str | None = None,
+        timeout: float | None = None,
+        output_limit: int | None = None,
+    ) -> ExecStream:
+        """Like exec, but hands output over as it arrives: iterate for OutputChunks.
+
+        After the iteration ends, `.result` holds the exit code and verdicts; its stdout
+        and stderr hold only the last 64 KiB of each (kept to classify denials), so a long
+        output is never held in memory. The same limits apply.
+        """
+        return ExecStream(
+            self._start_run(
+                argv, stdin=stdin, env=env, cwd=cwd, timeout=timeout, output_limit=output_limit
+            )
+        )
+
+    def _start_run(
+        self,
+        argv: Sequence[str],
+        *,
+        stdin: bytes | str | None,
+        env: Mapping[str, str] | None,
+        cwd: str | None,
+        timeout: float | None,
+        output_limit: int | None,
+    ) -> _SupervisedRun:
         if isinstance(argv, str) or not argv:
             raise InvalidArgument(
                 "argv must be a non-empty sequence of strings, not a shell string"
@@ -423,21 +471,32 @@ class Sandbox:
                 f"output_limit {output_limit} is above the profile's {max_output}"
             )
         data = stdin.encode() if isinstance(stdin, str) else stdin
-        config: dict[str, Any] = {
-            "timeout": timeout or max_timeout,
-            "cap": output_limit or max_output,
-            "env": dict(env or {}),
-            "cwd": cwd,
-        }
-        return self._run_supervised(config, argv, data)
+        return self._run_supervised(
+            timeout or max_timeout, output_limit or max_output, argv, stdin=data, env=env, cwd=cwd
+        )
 
     def _run_supervised(
-        self, config: Mapping[str, Any], argv: Sequence[str], stdin: bytes | None
-    ) -> ExecResult:
-        timeout = float(config["timeout"])
-        command = ["python3", "-c", _SUPERVISOR, json.dumps(config), "--", *argv]
+        self,
+        timeout: float,
+        cap: int,
+        argv: Sequence[str],
+        *,
+        stdin: bytes | None,
+        env: Mapping[str, str] | None = None,
+        cwd: str | None = None,
+    ) -> _SupervisedRun:
+        command = [
+            *SUPERVISOR_ARGV,
+            "run",
+            repr(float(timeout)),
+            str(cap),
+            str(self._process_cap()),
+            cwd or "",
+            *_env_pairs(env),
+            "--",
+            *argv,
+        ]
         self._record_activity()
-        started = time.monotonic()
         started_at = datetime.now(UTC)
         try:
             socket = self._client._open_exec(
@@ -451,57 +510,16 @@ class Sandbox:
             raise SandboxGone(
                 f"{error}: denied {record['denied']} ({record['because']})", record
             ) from error
-        sender = None
-        if stdin is not None:
-            sender = threading.Thread(target=_send_all, args=(socket, stdin), daemon=True)
-            sender.start()
-        decoder = _FrameDecoder(int(config["cap"]))
-        diagnostics = bytearray()
-        status: bytes = b""
-        try:
-            for frame in socket.frames(started + timeout + EXEC_GRACE_SECONDS):
-                if frame.channel == STDOUT:
-                    decoder.feed(frame.data)
-                elif frame.channel == STDERR:
-                    diagnostics += frame.data
-                elif frame.channel == ERROR:
-                    status = frame.data
-        except TimeoutError:
-            # The client's own deadline: the supervisor never reported.
-            outcome = ExecOutcome(
-                bytes(decoder.stdout),
-                bytes(decoder.stderr),
-                137,
-                True,
-                False,
-                timeout,
-                int(config["cap"]),
-                None,
-                tuple(argv),
-                config.get("cwd"),
-            )
-            return self._result(outcome, time.monotonic() - started)
-        finally:
-            socket.close()
-        duration = time.monotonic() - started
-        if decoder.verdict is None:
-            self._raise_broken(status, diagnostics, started_at)
-        verdict = decoder.verdict
-        # 0: the command exited; None: a supervisor too old to say.
-        signal = int(verdict["signal"] or 0) if "signal" in verdict else None
-        outcome = ExecOutcome(
-            bytes(decoder.stdout),
-            bytes(decoder.stderr),
-            int(verdict["exit_code"]),
-            bool(verdict["timed_out"]),
-            bool(verdict["truncated"]) or decoder.over_cap,
-            timeout,
-            int(config["cap"]),
-            signal,
-            tuple(argv),
-            config.get("cwd"),
+        return _SupervisedRun(
+            self,
+            socket,
+            stdin=stdin,
+            timeout=timeout,
+            cap=cap,
+            argv=tuple(argv),
+            cwd=cwd,
+            started_at=started_at,
         )
-        return self._result(outcome, duration)
 
     def _result(self, outcome: ExecOutcome, duration: float) -> ExecResult:
         """The ExecResult, with the policies the command ran into (docs/denials.md)."""
@@ -604,21 +622,109 @@ class Sandbox:
         stdin: bytes | None = None,
         output_limit: int | None = None,
     ) -> ExecResult:
-        _, max_output = self._limits()
-        config: dict[str, Any] = {
-            "timeout": self._limits()[0],
-            "cap": output_limit or max_output,
-            "env": {},
-            "cwd": None,
-        }
-        argv = ["python3", "-c", _FILE_HELPER, operation, *args]
+        timeout, max_output = self._limits()
+        argv = [*HELPER_PYTHON, _FILE_HELPER, operation, *args]
         try:
-            return self._run_supervised(config, argv, stdin)
+            return self._run_supervised(
+                timeout, output_limit or max_output, argv, stdin=stdin
+            ).collect()
         except ExecTransportError:
             # Every file operation is idempotent (a whole-file write, a read, a listing,
             # a removal), so one that lost its stream is safe to run once more; a
             # command's exec is never retried.
-            return self._run_supervised(config, argv, stdin)
+            return self._run_supervised(
+                timeout, output_limit or max_output, argv, stdin=stdin
+            ).collect()
+
+    # ------------------------------------------------------------------ background commands
+
+    def start_process(
+        self,
+        name: str,
+        argv: Sequence[str],
+        *,
+        env: Mapping[str, str] | None = None,
+        cwd: str | None = None,
+    ) -> Process:
+        """Start a detached command under `name`, unless one by that name is running.
+
+        Idempotent: while `name` runs, calling again starts nothing and returns the
+        running one (`started` is False). Its stdout and stderr are kept (the last
+        LOG_BYTES of each) for `logs`. The same syscall filter and process cap apply as
+        to exec; the profile's exec timeout does not (the sandbox's lifetime does).
+        """
+        check_process_name(name)
+        if isinstance(argv, str) or not argv:
+            raise InvalidArgument(
+                "argv must be a non-empty sequence of strings, not a shell string"
+            )
+        command = [
+            "start",
+            name,
+            str(self._process_cap()),
+            cwd or "",
+            str(LOG_BYTES),
+            *_env_pairs(env),
+            "--",
+            *argv,
+        ]
+        stdout = self._control(command)
+        return Process.from_record(json.loads(stdout))
+
+    def processes(self) -> builtins.list[Process]:
+        """Every named background command this sandbox has run, running or ended."""
+        stdout = self._control(["ps"])
+        return [Process.from_record(json.loads(line)) for line in stdout.splitlines() if line]
+
+    def stop_process(self, name: str, *, grace: float = 2.0) -> Process:
+        """SIGTERM the command's whole tree, SIGKILL what is left after `grace` seconds."""
+        check_process_name(name)
+        stdout = self._control(["stop", name, repr(float(grace))], timeout=grace + 30)
+        return Process.from_record(json.loads(stdout))
+
+    def logs(self, name: str, *, stream: str = "stdout", limit: int = LOG_BYTES) -> bytes:
+        """The last `limit` bytes a background command wrote to `stream`."""
+        check_process_name(name)
+        if stream not in ("stdout", "stderr"):
+            raise InvalidArgument(f"stream must be 'stdout' or 'stderr', not {stream!r}")
+        return self._control(["logs", name, stream, str(limit)])
+
+    def _control(self, args: Sequence[str], timeout: float = 30.0) -> bytes:
+        """Run one of the supervisor's own modes directly (it starts no guest code itself,
+        or, for `start`, confines what it starts) and return its stdout."""
+        self._record_activity()
+        socket = self._client._open_exec(
+            self.namespace, self.pod, [*SUPERVISOR_ARGV, *args], stdin=False, timeout=timeout
+        )
+        stdout, stderr, status = bytearray(), bytearray(), b""
+        try:
+            for frame in socket.frames(time.monotonic() + timeout):
+                if frame.channel == STDOUT:
+                    stdout += frame.data
+                elif frame.channel == STDERR:
+                    stderr += frame.data
+                elif frame.channel == ERROR:
+                    status = frame.data
+        except TimeoutError as error:
+            raise ExecTransportError(f"{args[0]} did not answer within {timeout:.0f}s") from error
+        finally:
+            socket.close()
+        code = exit_code_from_status(status) if status else None
+        if code != 0:
+            message = stderr.decode("utf-8", "replace").strip()
+            if code == 3:
+                raise ProcessNotFound(message)
+            raise ExecTransportError(f"{args[0]} failed (exit {code}): {message[-500:]}")
+        return bytes(stdout)
+
+
+def _env_pairs(env: Mapping[str, str] | None) -> builtins.list[str]:
+    pairs = []
+    for key, value in (env or {}).items():
+        if not key or "=" in key or "\0" in key or "\0" in value:
+            raise InvalidArgument(f"environment variable name {key!r} is not valid")
+        pairs.append(f"{key}={value}")
+    return pairs
 
 
 def _parse_time(text: object) -> datetime | None:
@@ -651,49 +757,6 @@ def _pod_sizes(pod: Mapping[str, Any]) -> tuple[str | None, str | None]:
         str(memory) if memory is not None else None,
         str(scratch) if scratch is not None else None,
     )
-
-
-def _send_all(socket: ExecSocket, data: bytes) -> None:
-    try:
-        socket.send_stdin(data)
-        socket.close_stdin()
-    except Exception:  # the reader reports the broken stream; nothing to add here
-        pass
-
-
-class _FrameDecoder:
-    """Splits the supervisor's framed stdout into the command's stdout, stderr and verdict.
-
-    The cap is enforced here as well as in the sandbox: the supervisor shares a uid with
-    the code it runs, so its framing is a convenience, not a boundary.
-    """
-
-    def __init__(self, cap: int) -> None:
-        self._buffer = bytearray()
-        self._cap = cap
-        self.stdout = bytearray()
-        self.stderr = bytearray()
-        self.verdict: dict[str, Any] | None = None
-        self.over_cap = False
-
-    def feed(self, data: bytes) -> None:
-        self._buffer += data
-        while len(self._buffer) >= 5:
-            length = int.from_bytes(self._buffer[1:5], "big")
-            if len(self._buffer) < 5 + length:
-                return
-            tag, payload = self._buffer[0:1], bytes(self._buffer[5 : 5 + length])
-            del self._buffer[: 5 + length]
-            if tag == b"R":
-                self.verdict = json.loads(payload)
-                continue
-            room = self._cap - len(self.stdout) - len(self.stderr)
-            if len(payload) > room:
-                payload, self.over_cap = payload[: max(room, 0)], True
-            if tag == b"O":
-                self.stdout += payload
-            elif tag == b"E":
-                self.stderr += payload
 
 
 class Files:

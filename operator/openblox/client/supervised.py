@@ -1,0 +1,192 @@
+"""One command under the in-sandbox supervisor: its framed output, live or collected."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from openblox.client.exec_stream import ERROR, STDERR, STDOUT, ExecSocket
+from openblox.client.results import ExecResult
+from openblox.denials import ExecOutcome
+
+if TYPE_CHECKING:
+    from openblox.client.sync import Sandbox
+
+# How long past the command's own timeout the supervisor may take to report.
+EXEC_GRACE_SECONDS = 10.0
+
+
+@dataclass(frozen=True)
+class OutputChunk:
+    """Bytes the command wrote, in the order they reached the supervisor."""
+
+    stream: str  # "stdout" or "stderr"
+    data: bytes
+
+
+class _SupervisedRun:
+    """Reads one supervised exec to its verdict; `chunks()` yields output on the way."""
+
+    def __init__(
+        self,
+        sandbox: Sandbox,
+        socket: ExecSocket,
+        *,
+        stdin: bytes | None,
+        timeout: float,
+        cap: int,
+        argv: tuple[str, ...],
+        cwd: str | None,
+        started_at: datetime,
+    ) -> None:
+        self._sandbox = sandbox
+        self._socket = socket
+        self._timeout = timeout
+        self._cap = cap
+        self._argv = argv
+        self._cwd = cwd
+        self._started_at = started_at
+        self._started = time.monotonic()
+        self._decoder = _FrameDecoder(cap)
+        self._keep_output = True
+        self._result: ExecResult | None = None
+        if stdin is not None:
+            threading.Thread(target=_send_all, args=(socket, stdin), daemon=True).start()
+
+    @property
+    def result(self) -> ExecResult:
+        if self._result is None:
+            raise RuntimeError("the command's result is known once its output has been read")
+        return self._result
+
+    def collect(self) -> ExecResult:
+        for _ in self.chunks():
+            pass
+        return self.result
+
+    def chunks(self, keep: bool = True) -> Iterator[OutputChunk]:
+        self._decoder.keep = keep
+        diagnostics = bytearray()
+        status = b""
+        try:
+            for frame in self._socket.frames(self._started + self._timeout + EXEC_GRACE_SECONDS):
+                if frame.channel == STDOUT:
+                    yield from self._decoder.feed(frame.data)
+                elif frame.channel == STDERR:
+                    diagnostics += frame.data
+                elif frame.channel == ERROR:
+                    status = frame.data
+        except TimeoutError:
+            # The client's own deadline: the supervisor never reported.
+            self._finish(137, timed_out=True, truncated=False, signal=None)
+            return
+        finally:
+            self._socket.close()
+        verdict = self._decoder.verdict
+        if verdict is None:
+            self._sandbox._raise_broken(status, diagnostics, self._started_at)
+        self._finish(
+            int(verdict["exit_code"]),
+            timed_out=bool(verdict["timed_out"]),
+            truncated=bool(verdict["truncated"]) or self._decoder.over_cap,
+            # 0: the command exited; None: a supervisor too old to say.
+            signal=int(verdict["signal"] or 0) if "signal" in verdict else None,
+        )
+
+    def _finish(
+        self, exit_code: int, *, timed_out: bool, truncated: bool, signal: int | None
+    ) -> None:
+        outcome = ExecOutcome(
+            bytes(self._decoder.stdout),
+            bytes(self._decoder.stderr),
+            exit_code,
+            timed_out,
+            truncated,
+            self._timeout,
+            self._cap,
+            signal,
+            self._argv,
+            self._cwd,
+        )
+        self._result = self._sandbox._result(outcome, time.monotonic() - self._started)
+
+
+class ExecStream:
+    """Output of a running command as it arrives; see `Sandbox.stream`."""
+
+    def __init__(self, run: _SupervisedRun) -> None:
+        self._run = run
+
+    def __iter__(self) -> Iterator[OutputChunk]:
+        # Chunks go to the caller, not into memory: only the tail the denial classifier
+        # needs is kept.
+        return self._run.chunks(keep=False)
+
+    def __enter__(self) -> ExecStream:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._run._socket.close()
+
+    @property
+    def result(self) -> ExecResult:
+        return self._run.result
+
+
+def _send_all(socket: ExecSocket, data: bytes) -> None:
+    try:
+        socket.send_stdin(data)
+        socket.close_stdin()
+    except Exception:  # the reader reports the broken stream; nothing to add here
+        pass
+
+
+# What a streamed command keeps of its own output, for classifying denials (the
+# runtime's messages, such as "Resource temporarily unavailable", end up at the end).
+_STREAM_TAIL = 64 * 1024
+
+
+class _FrameDecoder:
+    """Splits the supervisor's framed stdout into the command's stdout, stderr and verdict.
+
+    The cap is enforced here as well as in the sandbox: the supervisor shares a uid with
+    the code it runs, so its framing is a convenience, not a boundary.
+    """
+
+    def __init__(self, cap: int) -> None:
+        self._buffer = bytearray()
+        self._cap = cap
+        self._received = 0
+        self.keep = True
+        self.stdout = bytearray()
+        self.stderr = bytearray()
+        self.verdict: dict[str, Any] | None = None
+        self.over_cap = False
+
+    def feed(self, data: bytes) -> Iterator[OutputChunk]:
+        self._buffer += data
+        while len(self._buffer) >= 5:
+            length = int.from_bytes(self._buffer[1:5], "big")
+            if len(self._buffer) < 5 + length:
+                return
+            tag, payload = self._buffer[0:1], bytes(self._buffer[5 : 5 + length])
+            del self._buffer[: 5 + length]
+            if tag == b"R":
+                self.verdict = json.loads(payload)
+                continue
+            room = self._cap - self._received
+            if len(payload) > room:
+                payload, self.over_cap = payload[: max(room, 0)], True
+            if not payload:
+                continue
+            self._received += len(payload)
+            target = self.stdout if tag == b"O" else self.stderr
+            target += payload
+            if not self.keep:
+                del target[:-_STREAM_TAIL]
+            yield OutputChunk("stdout" if tag == b"O" else "stderr", payload)

@@ -1,0 +1,147 @@
+"""The in-sandbox supervisor, run on this host's kernel: framing, limits, tree kill, filter.
+
+gVisor-specific behaviour (the filter and RLIMIT_NPROC inside the Sentry) is proved on
+the cluster by the conformance suite (IDN-008, RES-002); these pin the supervisor's own
+logic, fast and without a cluster.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from openblox.client import supervisor
+from openblox.client.sync import SUPERVISOR_ARGV
+
+PYTHON = sys.executable
+
+
+def run(
+    argv: list[str],
+    *,
+    timeout: float = 10,
+    cap: int = 1 << 20,
+    env: tuple[str, ...] = (),
+    cwd: str = "",
+) -> tuple[bytes, bytes, dict[str, object]]:
+    command = [
+        PYTHON,
+        *SUPERVISOR_ARGV[1:],
+        "run",
+        str(timeout),
+        str(cap),
+        "0",
+        cwd,
+        *env,
+        "--",
+        *argv,
+    ]
+    raw = subprocess.run(command, capture_output=True, timeout=timeout + 20, check=True).stdout
+    stdout, stderr, verdict = b"", b"", None
+    while raw:
+        tag, length = raw[:1], int.from_bytes(raw[1:5], "big")
+        payload, raw = raw[5 : 5 + length], raw[5 + length :]
+        if tag == b"O":
+            stdout += payload
+        elif tag == b"E":
+            stderr += payload
+        else:
+            verdict = json.loads(payload)
+    assert verdict is not None, "the supervisor always ends with its verdict"
+    return stdout, stderr, verdict
+
+
+def test_output_exit_code_env_and_cwd_come_back_exactly(tmp_path: Path) -> None:
+    script = (
+        "import os,sys; "
+        "sys.stdout.buffer.write(b'\\x00\\xff' + os.environ['K'].encode() + os.getcwd().encode()); "
+        "sys.stderr.write('e'); sys.exit(3)"
+    )
+    stdout, stderr, verdict = run([PYTHON, "-c", script], env=("K=v a=l",), cwd=str(tmp_path))
+    assert stdout == b"\x00\xffv a=l" + str(tmp_path).encode()
+    assert stderr == b"e"
+    assert verdict == {"exit_code": 3, "timed_out": False, "truncated": False, "signal": None}
+
+
+def test_a_missing_program_is_127_with_the_reason() -> None:
+    _, stderr, verdict = run(["/nonexistent/prog"])
+    assert verdict["exit_code"] == 127
+    assert b"No such file" in stderr
+
+
+def test_a_kill_is_told_apart_from_exit_137() -> None:
+    assert run(["sh", "-c", "exit 137"])[2]["signal"] is None
+    assert run(["sh", "-c", "kill -9 $$"])[2] == {
+        "exit_code": 137,
+        "timed_out": False,
+        "truncated": False,
+        "signal": 9,
+    }
+
+
+def test_timeout_kills_the_whole_tree_including_setsid_and_double_forks(tmp_path: Path) -> None:
+    pids = tmp_path / "pids"
+    script = (
+        f"sleep 1000 & echo $! >> {pids}; "
+        f"setsid sh -c 'sleep 1000 & echo $! >> {pids}; wait' & "
+        f"(sleep 1000 & echo $! >> {pids}) ; wait"
+    )
+    started = time.monotonic()
+    _, _, verdict = run(["sh", "-c", script], timeout=1.5)
+    assert verdict["timed_out"] is True and verdict["exit_code"] == 137
+    assert time.monotonic() - started < 10
+    left = [int(p) for p in pids.read_text().split()]
+    assert len(left) == 3
+    for pid in left:
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
+
+
+def test_output_past_the_cap_is_cut_and_the_command_is_not_left_blocked() -> None:
+    stdout, _, verdict = run(["sh", "-c", "head -c 50000000 /dev/zero; echo done >&2"], cap=1000)
+    assert len(stdout) == 1000
+    assert verdict["truncated"] is True and verdict["exit_code"] == 0
+
+
+def test_new_namespaces_are_refused_and_threads_still_start() -> None:
+    script = """
+import ctypes, os, threading
+libc = ctypes.CDLL(None, use_errno=True)
+out = []
+for flag in (0x10000000, 0x20000, 0x40000000, 0x20000000):
+    out.append((libc.unshare(flag), ctypes.get_errno()))
+out.append((libc.syscall(435, 0, 0), ctypes.get_errno()))  # clone3
+t = threading.Thread(target=lambda: out.append("thread")); t.start(); t.join()
+pid = os.fork()
+if pid == 0:
+    os._exit(0)
+out.append(os.waitpid(pid, 0)[1])
+print(out)
+"""
+    stdout, _, verdict = run([PYTHON, "-c", script])
+    assert verdict["exit_code"] == 0, stdout
+    assert (
+        stdout.strip().splitlines()[-1]
+        == b"[(-1, 1), (-1, 1), (-1, 1), (-1, 1), (-1, 38), 'thread', 0]"
+    )
+
+
+def test_no_new_privileges_and_the_filter_are_in_place() -> None:
+    stdout, _, _ = run(["grep", "-E", "^(NoNewPrivs|Seccomp):", "/proc/self/status"])
+    assert stdout.split() == [b"NoNewPrivs:", b"1", b"Seccomp:", b"2"]
+
+
+@pytest.mark.parametrize("table", [supervisor._X86_64, supervisor._AARCH64])
+def test_every_jump_of_the_filter_lands_inside_it(table: supervisor.Table) -> None:
+    program = supervisor.seccomp_program(table)
+    assert len(program) < 256
+    for index, (code, jt, jf, _) in enumerate(program):
+        if code in (supervisor.JEQ, supervisor.JGE, supervisor.JSET):
+            assert index + 1 + max(jt, jf) < len(program)
+    assert program[-1][0] == supervisor.RET
