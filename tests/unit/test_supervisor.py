@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -20,9 +21,34 @@ from openblox.client import supervisor
 from openblox.client.sync import SUPERVISOR_ARGV
 
 PYTHON = sys.executable
+NATIVE_SOURCE = Path(supervisor.__file__).with_name("supervise.c")
+# The one suite runs against both implementations of `run`.
+IMPLEMENTATIONS = ["python", "native"]
+# As cluster/images/sandbox/image.sh builds it, plus -Werror.
+GCC_FLAGS = ("-O2", "-static", "-Wall", "-Wextra", "-Werror")
+
+
+@pytest.fixture(scope="session")
+def native_supervisor(tmp_path_factory: pytest.TempPathFactory) -> str:
+    if shutil.which("gcc") is None:
+        pytest.skip("gcc is not installed yet (cluster/cluster.sh install adds it)")
+    binary = tmp_path_factory.mktemp("native") / "supervise"
+    subprocess.run(
+        ["gcc", *GCC_FLAGS, "-o", str(binary), str(NATIVE_SOURCE)],
+        check=True,
+    )
+    return str(binary)
+
+
+@pytest.fixture(params=IMPLEMENTATIONS)
+def prefix(request: pytest.FixtureRequest) -> list[str]:
+    if request.param == "native":
+        return [request.getfixturevalue("native_supervisor")]
+    return [PYTHON, *SUPERVISOR_ARGV[1:]]
 
 
 def run(
+    prefix: list[str],
     argv: list[str],
     *,
     timeout: float = 10,
@@ -31,8 +57,7 @@ def run(
     cwd: str = "",
 ) -> tuple[bytes, bytes, dict[str, object]]:
     command = [
-        PYTHON,
-        *SUPERVISOR_ARGV[1:],
+        *prefix,
         "run",
         str(timeout),
         str(cap),
@@ -57,27 +82,29 @@ def run(
     return stdout, stderr, verdict
 
 
-def test_output_exit_code_env_and_cwd_come_back_exactly(tmp_path: Path) -> None:
+def test_output_exit_code_env_and_cwd_come_back_exactly(prefix: list[str], tmp_path: Path) -> None:
     script = (
         "import os,sys; "
         "sys.stdout.buffer.write(b'\\x00\\xff' + os.environ['K'].encode() + os.getcwd().encode()); "
         "sys.stderr.write('e'); sys.exit(3)"
     )
-    stdout, stderr, verdict = run([PYTHON, "-c", script], env=("K=v a=l",), cwd=str(tmp_path))
+    stdout, stderr, verdict = run(
+        prefix, [PYTHON, "-c", script], env=("K=v a=l",), cwd=str(tmp_path)
+    )
     assert stdout == b"\x00\xffv a=l" + str(tmp_path).encode()
     assert stderr == b"e"
     assert verdict == {"exit_code": 3, "timed_out": False, "truncated": False, "signal": None}
 
 
-def test_a_missing_program_is_127_with_the_reason() -> None:
-    _, stderr, verdict = run(["/nonexistent/prog"])
+def test_a_missing_program_is_127_with_the_reason(prefix: list[str]) -> None:
+    _, stderr, verdict = run(prefix, ["/nonexistent/prog"])
     assert verdict["exit_code"] == 127
     assert b"No such file" in stderr
 
 
-def test_a_kill_is_told_apart_from_exit_137() -> None:
-    assert run(["sh", "-c", "exit 137"])[2]["signal"] is None
-    assert run(["sh", "-c", "kill -9 $$"])[2] == {
+def test_a_kill_is_told_apart_from_exit_137(prefix: list[str]) -> None:
+    assert run(prefix, ["sh", "-c", "exit 137"])[2]["signal"] is None
+    assert run(prefix, ["sh", "-c", "kill -9 $$"])[2] == {
         "exit_code": 137,
         "timed_out": False,
         "truncated": False,
@@ -85,7 +112,9 @@ def test_a_kill_is_told_apart_from_exit_137() -> None:
     }
 
 
-def test_timeout_kills_the_whole_tree_including_setsid_and_double_forks(tmp_path: Path) -> None:
+def test_timeout_kills_the_whole_tree_including_setsid_and_double_forks(
+    prefix: list[str], tmp_path: Path
+) -> None:
     pids = tmp_path / "pids"
     script = (
         f"sleep 1000 & echo $! >> {pids}; "
@@ -93,7 +122,7 @@ def test_timeout_kills_the_whole_tree_including_setsid_and_double_forks(tmp_path
         f"(sleep 1000 & echo $! >> {pids}) ; wait"
     )
     started = time.monotonic()
-    _, _, verdict = run(["sh", "-c", script], timeout=1.5)
+    _, _, verdict = run(prefix, ["sh", "-c", script], timeout=1.5)
     assert verdict["timed_out"] is True and verdict["exit_code"] == 137
     assert time.monotonic() - started < 10
     left = [int(p) for p in pids.read_text().split()]
@@ -103,13 +132,15 @@ def test_timeout_kills_the_whole_tree_including_setsid_and_double_forks(tmp_path
             os.kill(pid, 0)
 
 
-def test_output_past_the_cap_is_cut_and_the_command_is_not_left_blocked() -> None:
-    stdout, _, verdict = run(["sh", "-c", "head -c 50000000 /dev/zero; echo done >&2"], cap=1000)
+def test_output_past_the_cap_is_cut_and_the_command_is_not_left_blocked(prefix: list[str]) -> None:
+    stdout, _, verdict = run(
+        prefix, ["sh", "-c", "head -c 50000000 /dev/zero; echo done >&2"], cap=1000
+    )
     assert len(stdout) == 1000
     assert verdict["truncated"] is True and verdict["exit_code"] == 0
 
 
-def test_new_namespaces_are_refused_and_threads_still_start() -> None:
+def test_new_namespaces_are_refused_and_threads_still_start(prefix: list[str]) -> None:
     script = """
 import ctypes, os, threading
 libc = ctypes.CDLL(None, use_errno=True)
@@ -124,7 +155,7 @@ if pid == 0:
 out.append(os.waitpid(pid, 0)[1])
 print(out)
 """
-    stdout, _, verdict = run([PYTHON, "-c", script])
+    stdout, _, verdict = run(prefix, [PYTHON, "-c", script])
     assert verdict["exit_code"] == 0, stdout
     assert (
         stdout.strip().splitlines()[-1]
@@ -132,8 +163,8 @@ print(out)
     )
 
 
-def test_no_new_privileges_and_the_filter_are_in_place() -> None:
-    stdout, _, _ = run(["grep", "-E", "^(NoNewPrivs|Seccomp):", "/proc/self/status"])
+def test_no_new_privileges_and_the_filter_are_in_place(prefix: list[str]) -> None:
+    stdout, _, _ = run(prefix, ["grep", "-E", "^(NoNewPrivs|Seccomp):", "/proc/self/status"])
     assert stdout.split() == [b"NoNewPrivs:", b"1", b"Seccomp:", b"2"]
 
 

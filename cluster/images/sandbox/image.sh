@@ -1,6 +1,7 @@
 # shellcheck shell=bash disable=SC2034
 # openblox.local/sandbox:<digest> — the reference sandbox image (see docs/image-contract.md):
-# the Debian base (python3, tini, coreutils, procps, iproute2), user sandbox 1000:1000 with
+# the Debian base (python3, tini, coreutils, procps, iproute2), the native exec supervisor
+# at /usr/libexec/openblox/supervise, user sandbox 1000:1000 with
 # home /workspace, mount points /workspace /tmp /run/openblox, hash-based .pyc files, no
 # setuid bits, no docs.
 IMAGE_NAME=openblox.local/sandbox
@@ -17,8 +18,13 @@ IMAGE_OCI_ARGS=(
   --label org.opencontainers.image.description="openblox reference sandbox image (Debian $DEBIAN_SUITE)"
 )
 
+# The exec supervisor's native `run` (see the source's header); the client falls back to
+# its Python twin in images without it.
+SUPERVISE_SOURCE=$IMAGES_DIR/../../operator/openblox/client/supervise.c
+
 image_key_inputs() {
   echo "base $(base_key)"
+  hash_files "$SUPERVISE_SOURCE"
 }
 
 image_rootfs() {
@@ -31,4 +37,8 @@ image_rootfs() {
   strip_rootfs "$root"
   install -d -m 0755 -o 1000 -g 1000 "$root/workspace" "$root/run/openblox"
   install -d -m 1777 "$root/tmp"
+  install -d -m 0755 "$root/usr/libexec/openblox"
+  gcc -O2 -static -Wall -Wextra -o "$root/usr/libexec/openblox/supervise" "$SUPERVISE_SOURCE"
+  strip "$root/usr/libexec/openblox/supervise"
+  chmod 0755 "$root/usr/libexec/openblox/supervise"
 }

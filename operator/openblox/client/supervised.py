@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -43,6 +43,7 @@ class _SupervisedRun:
         argv: tuple[str, ...],
         cwd: str | None,
         started_at: datetime,
+        fallback: Callable[[], ExecSocket] | None = None,
     ) -> None:
         self._sandbox = sandbox
         self._socket = socket
@@ -55,8 +56,15 @@ class _SupervisedRun:
         self._decoder = _FrameDecoder(cap)
         self._keep_output = True
         self._result: ExecResult | None = None
-        if stdin is not None:
-            threading.Thread(target=_send_all, args=(socket, stdin), daemon=True).start()
+        self._stdin = stdin
+        self._fallback = fallback
+        self._send_stdin()
+
+    def _send_stdin(self) -> None:
+        if self._stdin is not None:
+            threading.Thread(
+                target=_send_all, args=(self._socket, self._stdin), daemon=True
+            ).start()
 
     @property
     def result(self) -> ExecResult:
@@ -71,25 +79,33 @@ class _SupervisedRun:
 
     def chunks(self, keep: bool = True) -> Iterator[OutputChunk]:
         self._decoder.keep = keep
-        diagnostics = bytearray()
-        status = b""
-        try:
-            for frame in self._socket.frames(self._started + self._timeout + EXEC_GRACE_SECONDS):
-                if frame.channel == STDOUT:
-                    yield from self._decoder.feed(frame.data)
-                elif frame.channel == STDERR:
-                    diagnostics += frame.data
-                elif frame.channel == ERROR:
-                    status = frame.data
-        except TimeoutError:
-            # The client's own deadline: the supervisor never reported.
-            self._finish(137, timed_out=True, truncated=False, signal=None)
-            return
-        finally:
-            self._socket.close()
-        verdict = self._decoder.verdict
-        if verdict is None:
-            self._sandbox._raise_broken(status, diagnostics, self._started_at)
+        while True:
+            diagnostics = bytearray()
+            status = b""
+            try:
+                for frame in self._socket.frames(
+                    self._started + self._timeout + EXEC_GRACE_SECONDS
+                ):
+                    if frame.channel == STDOUT:
+                        yield from self._decoder.feed(frame.data)
+                    elif frame.channel == STDERR:
+                        diagnostics += frame.data
+                    elif frame.channel == ERROR:
+                        status = frame.data
+            except TimeoutError:
+                # The client's own deadline: the supervisor never reported.
+                self._finish(137, timed_out=True, truncated=False, signal=None)
+                return
+            finally:
+                self._socket.close()
+            verdict = self._decoder.verdict
+            if verdict is None and self._fallback and _supervisor_missing(status, self._decoder):
+                self._socket, self._fallback = self._fallback(), None
+                self._send_stdin()
+                continue
+            if verdict is None:
+                self._sandbox._raise_broken(status, diagnostics, self._started_at)
+            break
         self._finish(
             int(verdict["exit_code"]),
             timed_out=bool(verdict["timed_out"]),
@@ -138,6 +154,21 @@ class ExecStream:
         return self._run.result
 
 
+def _supervisor_missing(status: bytes, decoder: _FrameDecoder) -> bool:
+    """Whether the exec failed before anything ran because the supervisor was not there
+    (or not executable): the runtime says so in the exec's final Status."""
+    if decoder.received or not status:
+        return False
+    try:
+        message = str(json.loads(status).get("message") or "")
+    except ValueError:
+        return False
+    return "/usr/libexec/openblox/supervise" in message and any(
+        reason in message
+        for reason in ("no such file or directory", "permission denied", "not found")
+    )
+
+
 def _send_all(socket: ExecSocket, data: bytes) -> None:
     try:
         socket.send_stdin(data)
@@ -161,7 +192,7 @@ class _FrameDecoder:
     def __init__(self, cap: int) -> None:
         self._buffer = bytearray()
         self._cap = cap
-        self._received = 0
+        self.received = 0
         self.keep = True
         self.stdout = bytearray()
         self.stderr = bytearray()
@@ -179,12 +210,12 @@ class _FrameDecoder:
             if tag == b"R":
                 self.verdict = json.loads(payload)
                 continue
-            room = self._cap - self._received
+            room = self._cap - self.received
             if len(payload) > room:
                 payload, self.over_cap = payload[: max(room, 0)], True
             if not payload:
                 continue
-            self._received += len(payload)
+            self.received += len(payload)
             target = self.stdout if tag == b"O" else self.stderr
             target += payload
             if not self.keep:

@@ -89,6 +89,8 @@ _FILE_HELPER = resources.files("openblox.client").joinpath("file_helper.py").rea
 # stand in for a standard module; -S: no `site`, which costs start-up time.
 HELPER_PYTHON = ("python3", "-I", "-S", "-c")
 SUPERVISOR_ARGV = (*HELPER_PYTHON, _SUPERVISOR)
+# The same `run` in C (client/supervise.c), where the image ships it: no Python start-up.
+NATIVE_SUPERVISOR = "/usr/libexec/openblox/supervise"
 # The profile default, for a status written before the operator published the cap.
 DEFAULT_PROCESS_CAP = 256
 
@@ -150,6 +152,8 @@ class Client:
         self._custom = k8s.CustomObjectsApi(self._api)
         self._core = k8s.CoreV1Api(self._api)
         self.namespace = namespace or _default_namespace(kubeconfig, context)
+        # Per pod: False once its image turned out to lack the native supervisor.
+        self._native_supervisor: dict[str, bool] = {}
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -485,8 +489,7 @@ class Sandbox:
         env: Mapping[str, str] | None = None,
         cwd: str | None = None,
     ) -> _SupervisedRun:
-        command = [
-            *SUPERVISOR_ARGV,
+        arguments = [
             "run",
             repr(float(timeout)),
             str(cap),
@@ -498,10 +501,21 @@ class Sandbox:
         ]
         self._record_activity()
         started_at = datetime.now(UTC)
-        try:
-            socket = self._client._open_exec(
-                self.namespace, self.pod, command, stdin=stdin is not None, timeout=30
+        native = self._client._native_supervisor.get(self.pod, True)
+
+        def open_exec(prefix: Sequence[str]) -> ExecSocket:
+            return self._client._open_exec(
+                self.namespace, self.pod, [*prefix, *arguments], stdin=stdin is not None, timeout=30
             )
+
+        def python_instead() -> ExecSocket:
+            # The image has no native supervisor: the command never started, so running
+            # it under the Python one (same limits, same verdict) is safe. Remembered.
+            self._client._native_supervisor[self.pod] = False
+            return open_exec(SUPERVISOR_ARGV)
+
+        try:
+            socket = open_exec((NATIVE_SUPERVISOR,) if native else SUPERVISOR_ARGV)
         except SandboxGone as error:
             # Reaped, or its pod killed: the operator's `Denied` Event says which policy.
             record = self._client._last_denial(self.namespace, self._body["metadata"].get("uid"))
@@ -519,6 +533,7 @@ class Sandbox:
             argv=tuple(argv),
             cwd=cwd,
             started_at=started_at,
+            fallback=python_instead if native else None,
         )
 
     def _result(self, outcome: ExecOutcome, duration: float) -> ExecResult:
