@@ -24,6 +24,7 @@ from bench.sections import (
     files,
     jobs,
     operator_cost,
+    preview,
     scaling,
     syscalls,
 )
@@ -34,6 +35,7 @@ SECTIONS: dict[str, ModuleType] = {
     "create": create,
     "exec": exec_latency,
     "files": files,
+    "preview": preview,
     "jobs": jobs,
     "operator": operator_cost,
     "memory": scaling,

@@ -9,6 +9,8 @@ import http.client
 import json
 import re
 import secrets
+import subprocess
+import sys
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -372,3 +374,58 @@ def test_rotation_keeps_old_links_until_the_old_key_is_removed(
     wait_for("the proxy to drop the old key", lambda: status(link) == 403, timeout=150, every=2)
     assert json.loads(_get(host, link + "hello")[1])["reason"] == "unknown-key"
     assert status(new_link) == 200
+
+
+def test_the_command_line_prints_a_working_link(
+    operator: Kube, preview_ns: str, box: Sandbox, proxy: dict[str, str], link: str
+) -> None:
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "openblox.cli",
+            "--kubeconfig",
+            operator.kubeconfig,
+            "-n",
+            preview_ns,
+            "--json",
+            "preview",
+            box.name,
+            str(APP_PORT),
+            "--ttl",
+            "120",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    url = json.loads(out.stdout)["url"]
+    assert url.startswith("http://openblox-preview.openblox-system.svc/p/v1.")
+    assert _get(proxy["service"], urlsplit(url).path + "hello")[0] == 200
+
+
+def test_the_proxy_runs_unprivileged_and_can_only_read_and_exec(
+    operator: Kube, proxy: dict[str, str]
+) -> None:
+    pod = operator.get("pod", proxy["pod_name"], SYSTEM)
+    assert pod["spec"]["securityContext"]["runAsNonRoot"] is True
+    container = pod["spec"]["containers"][0]
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    assert container["securityContext"]["capabilities"]["drop"] == ["ALL"]
+    assert container["resources"]["limits"]["memory"]
+    sa = "system:serviceaccount:openblox-system:openblox-preview"
+
+    def can(*args: str) -> bool:
+        result = operator.kubectl("auth", "can-i", *args, "--as", sa, check=False)
+        return result.stdout.strip() == "yes"
+
+    assert can("get", "sandboxes.openblox.sh", "-n", "default")
+    assert can("create", "pods/exec", "-n", "default")
+    for forbidden in (
+        ("list", "pods", "-n", "default"),
+        ("create", "pods", "-n", "default"),
+        ("get", "secrets", "-n", SYSTEM),
+        ("patch", "sandboxes.openblox.sh", "-n", "default"),
+    ):
+        assert not can(*forbidden), forbidden

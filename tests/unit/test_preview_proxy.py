@@ -105,7 +105,9 @@ class App(BaseHTTPRequestHandler):
 @pytest.fixture
 def app() -> Iterator[int]:
     server = ThreadingHTTPServer(("127.0.0.1", 0), App)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    threading.Thread(
+        target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+    ).start()
     yield server.server_address[1]
     server.shutdown()
 
@@ -114,7 +116,9 @@ def app() -> Iterator[int]:
 def proxy() -> Iterator[tuple[int, FakeBackend]]:
     backend = FakeBackend()
     server = PreviewServer(("127.0.0.1", 0), lambda: {"k1": KEY}, backend)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    threading.Thread(
+        target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+    ).start()
     yield server.server_address[1], backend
     server.shutdown()
     server.server_close()
@@ -205,3 +209,36 @@ def test_nothing_listening_is_502(proxy: tuple[int, FakeBackend]) -> None:
     response = conn.getresponse()
     assert response.status == 502
     assert response.getheader("Connection") == "close"
+
+
+def test_expect_continue_is_answered_by_the_proxy(app: int, proxy: tuple[int, FakeBackend]) -> None:
+    port, _ = proxy
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        sock.sendall(
+            f"POST /p/{_token(app)}/echo HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n"
+            "Expect: 100-continue\r\n\r\n".encode()
+        )
+        assert sock.recv(1024).startswith(b"HTTP/1.1 100 Continue\r\n\r\n")
+        sock.sendall(b"hello")
+        reply = b""
+        while not reply.endswith(b"0\r\n\r\n"):
+            reply += sock.recv(65536)
+        assert reply.startswith(b"HTTP/1.1 200") and b"hel\r\n" in reply
+
+
+@pytest.mark.parametrize(
+    "head",
+    [
+        "Content-Length: 5\r\nTransfer-Encoding: chunked\r\n",
+        "Content-Length: 5\r\nContent-Length: 6\r\n",
+        "Transfer-Encoding: gzip\r\n",
+        "X-Bad: a\rb\r\n",
+        " Folded: header\r\n",
+    ],
+)
+def test_ambiguous_framing_is_refused(app: int, proxy: tuple[int, FakeBackend], head: str) -> None:
+    port, backend = proxy
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        sock.sendall(f"POST /p/{_token(app)}/echo HTTP/1.1\r\nHost: x\r\n{head}\r\n".encode())
+        assert sock.recv(1024).startswith(b"HTTP/1.1 400")
+    assert backend.opened == []

@@ -154,6 +154,32 @@ def cmd_cp(client: Client, args: argparse.Namespace) -> int:
     raise OpenbloxClientError("cp needs exactly one side written as SANDBOX:PATH")
 
 
+# --- preview links (docs/preview.md) -------------------------------------------------
+
+
+def cmd_preview(client: Client, args: argparse.Namespace) -> int:
+    """Print a signed, expiring link to a loopback port inside a sandbox."""
+    url = client.get(args.name).preview_url(args.port, ttl=args.ttl, base_url=args.base_url)
+    if args.json:
+        print(json.dumps({"url": url, "expires_in": args.ttl}))
+    else:
+        print(url)
+    return 0
+
+
+def _add_preview(sub: Any) -> None:
+    preview = sub("preview", cmd_preview, "print a signed link to a port inside a sandbox")
+    preview.add_argument("name")
+    preview.add_argument("port", type=int)
+    preview.add_argument("--ttl", type=float, default=3600, help="seconds the link is valid")
+    preview.add_argument(
+        "--base-url", help="the proxy's public address (default: from the cluster)"
+    )
+
+
+# --- end of preview links ------------------------------------------------------------
+
+
 def parser() -> argparse.ArgumentParser:
     top = argparse.ArgumentParser(prog="openblox", description=__doc__)
     top.add_argument("-n", "--namespace", help="namespace (default: the kubeconfig's)")
@@ -187,6 +213,7 @@ def parser() -> argparse.ArgumentParser:
     cp = sub("cp", cmd_cp, "copy a file into or out of a sandbox")
     cp.add_argument("source")
     cp.add_argument("target")
+    _add_preview(sub)
     return top
 
 

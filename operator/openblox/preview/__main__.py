@@ -11,6 +11,7 @@ import logging
 import os
 import signal
 import threading
+import time
 from pathlib import Path
 from types import FrameType
 
@@ -20,6 +21,11 @@ from prometheus_client import start_http_server
 
 from openblox.preview.keys import MountedKeyRing
 from openblox.preview.server import KubeBackend, PreviewServer
+
+# On SIGTERM: keep serving this long, then stop accepting and give open requests this long
+# (the pod's terminationGracePeriodSeconds covers both).
+DRAIN_SECONDS = 3.0
+FINISH_SECONDS = 20.0
 
 
 def main() -> None:
@@ -38,13 +44,19 @@ def main() -> None:
     server = PreviewServer(("0.0.0.0", port), lambda: ring.get().keys, KubeBackend(configuration))
 
     def stop(_signum: int, _frame: FrameType | None) -> None:
-        threading.Thread(target=server.shutdown, daemon=True).start()
+        def later() -> None:
+            # Keep accepting while the Service's endpoints catch up with the pod's end.
+            time.sleep(DRAIN_SECONDS)
+            server.shutdown()
+
+        threading.Thread(target=later, daemon=True).start()
 
     signal.signal(signal.SIGTERM, stop)
     keys = sorted(ring.get().keys)
     logging.info("preview proxy on :%d (metrics :%d), keys %s", port, metrics_port, keys)
     server.serve_forever()
     server.server_close()
+    server.drain(FINISH_SECONDS)
 
 
 if __name__ == "__main__":

@@ -163,8 +163,12 @@ class KubeBackend:
         return Tunnel(socket_, on_close=TUNNELS_OPEN.dec)
 
 
-def read_head(stream: io.BufferedReader) -> Head | None:
-    """A request or response head; None at a clean end of stream before it."""
+def read_head(stream: io.BufferedReader, bad: int = 400) -> Head | None:
+    """A request or response head; None at a clean end of stream before it.
+
+    `bad` is the status to answer a malformed one with: 400 for a client's request,
+    502 for a sandbox's reply.
+    """
     lines: list[bytes] = []
     total = 0
     while True:
@@ -172,10 +176,10 @@ def read_head(stream: io.BufferedReader) -> Head | None:
         if not line:
             if not lines:
                 return None
-            raise HTTPError(400, "the head ended early")
+            raise HTTPError(bad, "the head ended early")
         total += len(line)
         if total > MAX_HEAD_BYTES or len(lines) > MAX_HEADERS:
-            raise HTTPError(431, "the head is too large")
+            raise HTTPError(431 if bad == 400 else bad, "the head is too large")
         if line in (b"\r\n", b"\n"):
             if not lines:
                 continue  # a stray blank line between messages (RFC 9112 2.2)
@@ -184,9 +188,11 @@ def read_head(stream: io.BufferedReader) -> Head | None:
     start = lines[0].decode("latin-1").rstrip("\r\n")
     headers = []
     for raw in lines[1:]:
-        name, colon, value = raw.decode("latin-1").partition(":")
-        if not colon or not name or name != name.strip():
-            raise HTTPError(400, "a header line is malformed")
+        line = raw.rstrip(b"\r\n")
+        name, colon, value = line.decode("latin-1").partition(":")
+        # A bare CR or NUL could split a header differently further on (smuggling).
+        if not colon or not name or name != name.strip() or b"\r" in line or b"\0" in line:
+            raise HTTPError(bad, "a header line is malformed")
         headers.append((name, value.strip()))
     return Head(start, headers)
 
@@ -352,7 +358,7 @@ class Conversation:
         lines = [f"{request.method} {request.path} HTTP/1.1"]
         for name, value in head.headers:
             lower = name.lower()
-            if lower in HOP_BY_HOP or lower in ("host", "x-forwarded-prefix"):
+            if lower in HOP_BY_HOP or lower in ("host", "expect"):
                 continue
             if lower.startswith("x-forwarded-"):
                 continue
@@ -396,15 +402,20 @@ class Conversation:
         upgrade = "upgrade" in head.tokens("connection") and head.get("upgrade") is not None
         client_keeps = request.version == "HTTP/1.1" and "close" not in head.tokens("connection")
         request_head = self._upstream_head(request, upgrade)
+        # The proxy says 100 Continue itself, so it never waits on a body the client holds
+        # back until the sandbox's server answers.
+        continue_first = framing != "none" and head.get("expect") is not None
         for attempt in (1, 2):
             tunnel, upstream, reused = self._tunnel_for(grant)
             try:
                 tunnel.send(request_head)
+                if continue_first and attempt == 1:
+                    self.send(b"HTTP/1.1 100 Continue\r\n\r\n")
                 if framing == "length":
                     copy_length(self._rfile, tunnel.send, length)
                 elif framing == "chunked":
                     copy_chunked(self._rfile, tunnel.send)
-                reply = read_head(upstream)
+                reply = read_head(upstream, 502)
             except (ExecTransportError, OSError, ConnectionError) as error:
                 reply, failure = None, str(error)
             else:
@@ -423,7 +434,7 @@ class Conversation:
             status = _status_of(reply)
             if 100 <= status < 200 and status != 101:
                 self.send(_response_head(reply, status, []))
-                next_reply = read_head(upstream)
+                next_reply = read_head(upstream, 502)
                 if next_reply is None:
                     raise HTTPError(502, "the sandbox's server closed after an interim reply")
                 reply = next_reply
@@ -520,7 +531,16 @@ class PreviewServer(socketserver.ThreadingTCPServer):
         self.keys = keys
         self.backend = backend
         self._slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
+        self._active = 0
+        self._active_lock = threading.Condition()
         super().__init__(address, _Handler)
+
+    def drain(self, timeout: float) -> None:
+        """After shutdown(): wait up to `timeout` for the open connections to finish."""
+        deadline = time.monotonic() + timeout
+        with self._active_lock:
+            while self._active and time.monotonic() < deadline:
+                self._active_lock.wait(deadline - time.monotonic())
 
     def process_request(self, request: Any, client_address: Any) -> None:
         if not self._slots.acquire(blocking=False):
@@ -531,10 +551,15 @@ class PreviewServer(socketserver.ThreadingTCPServer):
         super().process_request(request, client_address)
 
     def process_request_thread(self, request: Any, client_address: Any) -> None:
+        with self._active_lock:
+            self._active += 1
         try:
             super().process_request_thread(request, client_address)
         finally:
             self._slots.release()
+            with self._active_lock:
+                self._active -= 1
+                self._active_lock.notify_all()
 
 
 class _Handler(socketserver.BaseRequestHandler):
