@@ -64,6 +64,16 @@ class App(BaseHTTPRequestHandler):
         pass
 
     def do_GET(self) -> None:
+        if self.path == "/upgrade":
+            self.send_response(101)
+            self.send_header("Upgrade", "echo")
+            self.send_header("Connection", "Upgrade")
+            self.end_headers()
+            self.wfile.flush()
+            while data := self.connection.recv(65536):
+                self.connection.sendall(data.upper())
+            self.close_connection = True
+            return
         if self.path.startswith("/big"):
             size = int(self.path.split("=")[1])
             self.send_response(200)
@@ -242,3 +252,20 @@ def test_ambiguous_framing_is_refused(app: int, proxy: tuple[int, FakeBackend], 
         sock.sendall(f"POST /p/{_token(app)}/echo HTTP/1.1\r\nHost: x\r\n{head}\r\n".encode())
         assert sock.recv(1024).startswith(b"HTTP/1.1 400")
     assert backend.opened == []
+
+
+def test_an_upgrade_becomes_a_two_way_pipe(app: int, proxy: tuple[int, FakeBackend]) -> None:
+    port, _ = proxy
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        sock.sendall(
+            f"GET /p/{_token(app)}/upgrade HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\n"
+            "Upgrade: echo\r\n\r\n".encode()
+        )
+        head = b""
+        while b"\r\n\r\n" not in head:
+            head += sock.recv(4096)
+        assert head.startswith(b"HTTP/1.1 101")
+        assert b"Upgrade: echo" in head
+        for word in (b"hello", b"again"):
+            sock.sendall(word)
+            assert sock.recv(1024) == word.upper()

@@ -140,8 +140,14 @@ class Tunnel(io.RawIOBase):
             return size
 
     def send(self, data: bytes) -> None:
-        if data:
+        if not data:
+            return
+        try:
             self._socket.send_stdin(data)
+        except ExecTransportError:
+            raise
+        except Exception as error:  # the websocket library's own errors: a broken stream
+            raise ExecTransportError(f"the exec stream broke: {error}") from error
 
     def close(self) -> None:
         if self.closed:

@@ -304,8 +304,8 @@ class Conversation:
                         True,
                     )
                 )
-        except (OSError, ConnectionError, ValueError):
-            pass
+        except (OSError, ValueError, ExecTransportError):
+            pass  # either side went away mid-message: nothing more can be said on it
         finally:
             self._drop_tunnel()
             with contextlib.suppress(OSError):
