@@ -204,13 +204,26 @@ def test_activity_is_recorded_through_the_api_server(client: Client, box: Sandbo
 
 
 def test_async_client(operator: Kube, client_ns: str) -> None:
-    async def scenario() -> bytes:
+    async def scenario() -> tuple[bytes, bytes, bool, bytes]:
         client = AsyncClient(client_ns, kubeconfig=operator.kubeconfig)
         async with await client.create("code-exec", "async") as sandbox:
             result = await sandbox.exec(["python3", "-c", "print(6*7)"])
-            return result.stdout
+            await sandbox.files.write("/workspace/a.txt", b"same surface")
+            started = await sandbox.start_process("echo", ["sh", "-c", "echo bg; sleep 60"])
+            for _ in range(50):
+                if await sandbox.logs("echo") == b"bg\n":
+                    break
+                await asyncio.sleep(0.1)
+            logs = await sandbox.logs("echo")
+            await sandbox.stop_process("echo", grace=0.5)
+            return (
+                result.stdout,
+                await sandbox.files.read("/workspace/a.txt"),
+                bool(started.started),
+                logs,
+            )
 
-    assert asyncio.run(scenario()) == b"42\n"
+    assert asyncio.run(scenario()) == (b"42\n", b"same surface", True, b"bg\n")
 
 
 def test_command_line_run_prints_42_and_returns_the_exit_status(
@@ -333,3 +346,21 @@ def test_background_process_bad_input_is_refused_with_a_clear_error(box: Sandbox
     with pytest.raises(ProcessNotFound):
         box.stop_process("never-started")
     assert box.exec(["true"]).exit_code == 0
+
+
+def test_command_line_background_commands(operator: Kube, client_ns: str, box: Sandbox) -> None:
+    base = [sys.executable, "-m", "openblox.cli", "--kubeconfig", operator.kubeconfig]
+    base += ["-n", client_ns]
+
+    def cli(*args: str) -> str:
+        done = subprocess.run([*base, *args], capture_output=True, timeout=120, check=True)
+        return done.stdout.decode()
+
+    assert "started" in cli("start", box.name, "cli-bg", "--", "sh", "-c", "echo hello; sleep 60")
+    assert "already running" in cli("start", box.name, "cli-bg", "--", "true")
+    assert "cli-bg" in cli("ps", box.name) and "running" in cli("ps", box.name)
+    deadline = time.monotonic() + 10
+    while cli("logs", box.name, "cli-bg") != "hello\n" and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert cli("logs", box.name, "cli-bg") == "hello\n"
+    assert "stopped" in cli("stop", box.name, "cli-bg", "--grace", "0.5")

@@ -33,21 +33,13 @@ REPO = Path(__file__).resolve().parents[2]
 # What code-exec does not (yet) deliver, and why. Each is a claim of the design that the
 # suite shows is not enforced today; fixing one makes its test fail here on purpose.
 KNOWN_GAPS: dict[str, str] = {
-    "IDN-008": (
-        "runsc does not apply the pod's RuntimeDefault seccomp profile inside the sandbox, "
-        "so unshare(CLONE_NEWUSER) succeeds in the guest; oci-seccomp would, but it makes "
-        "clone3 fail with EPERM and no thread can start"
+    "FS-003": (
+        "Kubernetes has no way to mount an emptyDir noexec, and runsc refuses a noexec "
+        "mount hint unless the container's own mount is noexec too"
     ),
-    "FS-003": "Kubernetes has no way to mount an emptyDir noexec",
-    "FS-008": "in a user namespace (IDN-008) the guest can mount FUSE on gVisor's /dev/fuse",
     "FS-004": (
         "/dev/shm is gVisor's own tmpfs, sized from the node's memory; runsc mounts it "
         "even over a size-limited emptyDir at /dev/shm (tried)"
-    ),
-    "RES-002": (
-        "nothing enforces the profile's process cap: Kubernetes has no per-pod pids "
-        "field (only the kubelet's node-wide podPidsLimit); a per-command RLIMIT_NPROC "
-        "was tried and also capped threads, breaking ordinary threaded programs"
     ),
 }
 

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from openblox.client import Client, ExecResult, OpenbloxClientError, Sandbox
+from openblox.client.processes import LOG_BYTES
 
 
 def _spinner(message: str, done: threading.Event) -> None:
@@ -154,6 +155,76 @@ def cmd_cp(client: Client, args: argparse.Namespace) -> int:
     raise OpenbloxClientError("cp needs exactly one side written as SANDBOX:PATH")
 
 
+# --- background commands ----------------------------------------------------------------
+
+
+def cmd_start(client: Client, args: argparse.Namespace) -> int:
+    process = client.get(args.name).start_process(args.process, args.argv)
+    if args.json:
+        print(json.dumps(dict(process.to_dict(), started=process.started)))
+    else:
+        state = "started" if process.started else "already running"
+        print(f"{process.name}: {state} (pid {process.pid})")
+    return 0
+
+
+def cmd_ps(client: Client, args: argparse.Namespace) -> int:
+    processes = client.get(args.name).processes()
+    if args.json:
+        print(json.dumps([p.to_dict() for p in processes]))
+        return 0
+    print(f"{'NAME':20} {'STATE':10} {'PID':>6} {'EXIT':>4}  COMMAND")
+    for process in processes:
+        state = "running" if process.running else ("stopped" if process.stopped else "exited")
+        code = "" if process.exit_code is None else str(process.exit_code)
+        print(
+            f"{process.name:20} {state:10} {process.pid or '':>6} {code:>4}  "
+            f"{' '.join(process.argv)}"
+        )
+    return 0
+
+
+def cmd_stop(client: Client, args: argparse.Namespace) -> int:
+    process = client.get(args.name).stop_process(args.process, grace=args.grace)
+    print(json.dumps(process.to_dict()) if args.json else f"{process.name}: stopped")
+    return 0
+
+
+def cmd_logs(client: Client, args: argparse.Namespace) -> int:
+    data = client.get(args.name).logs(args.process, stream=args.stream, limit=args.limit)
+    if args.json:
+        print(
+            json.dumps(
+                {
+                    "name": args.process,
+                    "stream": args.stream,
+                    "data": data.decode("utf-8", "replace"),
+                }
+            )
+        )
+    else:
+        sys.stdout.buffer.write(data)
+    return 0
+
+
+def _add_processes(sub: Any) -> None:
+    start = sub("start", cmd_start, "start a named background command in a sandbox")
+    start.add_argument("name")
+    start.add_argument("process", help="a name for the command; starting it again is a no-op")
+    start.add_argument("argv", nargs=argparse.REMAINDER)
+    ps = sub("ps", cmd_ps, "list a sandbox's background commands")
+    ps.add_argument("name")
+    stop = sub("stop", cmd_stop, "stop a background command and everything it started")
+    stop.add_argument("name")
+    stop.add_argument("process")
+    stop.add_argument("--grace", type=float, default=2.0, help="seconds between TERM and KILL")
+    logs = sub("logs", cmd_logs, "print what a background command wrote")
+    logs.add_argument("name")
+    logs.add_argument("process")
+    logs.add_argument("--stream", choices=("stdout", "stderr"), default="stdout")
+    logs.add_argument("--limit", type=int, default=LOG_BYTES, help="the last this many bytes")
+
+
 # --- preview links (docs/preview.md) -------------------------------------------------
 
 
@@ -213,6 +284,7 @@ def parser() -> argparse.ArgumentParser:
     cp = sub("cp", cmd_cp, "copy a file into or out of a sandbox")
     cp.add_argument("source")
     cp.add_argument("target")
+    _add_processes(sub)
     _add_preview(sub)
     return top
 
