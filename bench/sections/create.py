@@ -256,6 +256,35 @@ def run(ctx: Any, section: Section) -> None:
     )
 
 
+# Where a Sandbox's create time goes: (figure, sample, title, legend), in order.
+BREAKDOWN = (
+    (
+        "operator_overhead",
+        "operator_overhead",
+        "operator overhead, {label}: Sandbox seen → its pod seen",
+        "Sandbox ADDED → pod ADDED (operator)",
+    ),
+    (
+        "pod_to_ready",
+        "pod_added_to_ready",
+        "Sandbox's pod, {label}: pod seen → pod Ready",
+        "pod ADDED → pod Ready (scheduler, kubelet, runsc)",
+    ),
+    (
+        "probe_and_status",
+        "pod_ready_to_sandbox_ready",
+        "Sandbox, {label}: pod Ready → Sandbox Ready (boundary probe exec + status)",
+        "pod Ready → Sandbox Ready (probe exec, status patch)",
+    ),
+    (
+        "client_notice",
+        "sandbox_ready_to_client",
+        "Sandbox, {label}: Sandbox Ready (our watch) → client.create returns",
+        "Sandbox Ready → client.create() returns",
+    ),
+)
+
+
 def _record(
     section: Section, key: str, label: str, data: dict[str, list[dict[str, float]]]
 ) -> None:
@@ -283,40 +312,17 @@ def _record(
             headline=kind in ("sandbox",),
         )
     sandbox = data.get("sandbox") or []
-    if sandbox:
+    for index, (name, sample, title, legend) in enumerate(BREAKDOWN if sandbox else ()):
+        first = index == 0
         section.figure(
-            f"create.{key}.operator_overhead",
-            f"operator overhead, {label}: Sandbox seen → its pod seen",
+            f"create.{key}.{name}",
+            title.format(label=label),
             "ms",
-            [s["operator_overhead"] for s in sandbox],
+            [s[sample] for s in sandbox],
             group=f"breakdown-{key}",
-            group_title=f"Where a Sandbox's create time goes, {label}",
-            label="Sandbox ADDED → pod ADDED (operator)",
-            headline=True,
-        )
-        section.figure(
-            f"create.{key}.pod_to_ready",
-            f"Sandbox's pod, {label}: pod seen → pod Ready",
-            "ms",
-            [s["pod_added_to_ready"] for s in sandbox],
-            group=f"breakdown-{key}",
-            label="pod ADDED → pod Ready (scheduler, kubelet, runsc)",
-        )
-        section.figure(
-            f"create.{key}.probe_and_status",
-            f"Sandbox, {label}: pod Ready → Sandbox Ready (boundary probe exec + status)",
-            "ms",
-            [s["pod_ready_to_sandbox_ready"] for s in sandbox],
-            group=f"breakdown-{key}",
-            label="pod Ready → Sandbox Ready (probe exec, status patch)",
-        )
-        section.figure(
-            f"create.{key}.client_notice",
-            f"Sandbox, {label}: Sandbox Ready (our watch) → client.create returns",
-            "ms",
-            [s["sandbox_ready_to_client"] for s in sandbox],
-            group=f"breakdown-{key}",
-            label="Sandbox Ready → client.create() returns",
+            **({"group_title": f"Where a Sandbox's create time goes, {label}"} if first else {}),
+            label=legend,
+            **({"headline": True} if first else {}),
         )
 
 
