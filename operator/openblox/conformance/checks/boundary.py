@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from openblox.conformance.canaries import HOST, NET
+from openblox.conformance.canaries import HOST, NET, Canaries
 from openblox.conformance.checks.registry import check
 from openblox.conformance.context import CannotRun, Context, Verdict, fail, ok
 from openblox.conformance.probes import PROBE, source
@@ -49,6 +49,14 @@ def host_facts(ctx: Context) -> dict[str, Any]:
     return result
 
 
+def _host_canaries(ctx: Context, which: str) -> Canaries:
+    """The canaries, once the one in the host's namespaces (`which`) has started."""
+    canaries = ctx.canaries()
+    if any(p.startswith(HOST) for p in canaries.problems):
+        raise CannotRun(f"the {which} canary did not start: {canaries.problems}")
+    return canaries
+
+
 @check("BND-001")
 def kernel_is_not_the_hosts(ctx: Context) -> Verdict:
     facts = ctx.facts()
@@ -64,9 +72,7 @@ def kernel_is_not_the_hosts(ctx: Context) -> Verdict:
 
 @check("BND-002")
 def no_host_pid_namespace(ctx: Context) -> Verdict:
-    canaries = ctx.canaries()
-    if any(p.startswith(HOST) for p in canaries.problems):
-        raise CannotRun(f"the hostPID canary did not start: {canaries.problems}")
+    canaries = _host_canaries(ctx, "hostPID")
     processes = ctx.facts()["processes"]
     token = canaries.addresses.host_token
     marker = [p for p in processes if token in p["cmdline"]]
@@ -106,9 +112,7 @@ def no_host_network_namespace(ctx: Context) -> Verdict:
 
 @check("BND-004")
 def no_host_ipc_namespace(ctx: Context) -> Verdict:
-    canaries = ctx.canaries()
-    if any(p.startswith(HOST) for p in canaries.problems):
-        raise CannotRun(f"the hostIPC canary did not start: {canaries.problems}")
+    canaries = _host_canaries(ctx, "hostIPC")
     key = canaries.addresses.shm_key
     control_out = canaries.run_in(
         HOST, ["python3", "-c", source(PROBE), "shmget", json.dumps({"key": key})]

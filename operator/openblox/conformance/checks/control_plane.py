@@ -146,30 +146,26 @@ def sandbox_carries_nothing_else(ctx: Context) -> Verdict:
         "resources": {"limits": {"memory": "64Gi"}},
     }
     name = ctx.token()
+
+    def create(field_validation: str) -> Any:
+        return who.custom.create_namespaced_custom_object(
+            GROUP,
+            VERSION,
+            p.sandbox_namespace,
+            PLURAL,
+            _sandbox(name, weakening),
+            dry_run=DRY,
+            field_validation=field_validation,
+        )
+
     attempts = []
     strict = attempt(
         "create with image/runtime/user/caps (strict field validation)",
-        lambda: who.custom.create_namespaced_custom_object(
-            GROUP,
-            VERSION,
-            p.sandbox_namespace,
-            PLURAL,
-            _sandbox(name, weakening),
-            dry_run=DRY,
-            field_validation="Strict",
-        ),
+        lambda: create("Strict"),
     )
     attempts.append(strict)
     try:
-        stored = who.custom.create_namespaced_custom_object(
-            GROUP,
-            VERSION,
-            p.sandbox_namespace,
-            PLURAL,
-            _sandbox(name, weakening),
-            dry_run=DRY,
-            field_validation="Ignore",
-        )
+        stored = create("Ignore")
         kept = sorted(set(stored.get("spec", {})) - {"profile"})
         attempts.append(
             (
