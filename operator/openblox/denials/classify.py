@@ -344,28 +344,22 @@ def _scan_line(
     line = lines[index]
     argv_text = " ".join(outcome.argv)
 
-    if _UNREACHABLE.search(line):
-        context = _context(lines, index)
-        address = _address([line, context, argv_text])
-        yield _Found(
-            "network",
-            address or "an outbound connection",
-            f"egress={policy.egress}",
-            line,
-            specific=address is not None,
-        )
-        return
-    if _DNS.search(line):
-        context = _context(lines, index)
-        name = _name([line, context, argv_text])
-        yield _Found(
-            "network",
-            f"dns:{name}" if name else "a DNS lookup",
-            f"egress={policy.egress} (no resolver)",
-            line,
-            specific=name is not None,
-        )
-        return
+    # Network: (evidence, where the target is named, attempted, when unnamed, because).
+    network = (
+        (_UNREACHABLE, _address, "{}", "an outbound connection", f"egress={policy.egress}"),
+        (_DNS, _name, "dns:{}", "a DNS lookup", f"egress={policy.egress} (no resolver)"),
+    )
+    for pattern, find, attempted, unnamed, because in network:
+        if pattern.search(line):
+            target = find([line, _context(lines, index), argv_text])
+            yield _Found(
+                "network",
+                attempted.format(target) if target else unnamed,
+                because,
+                line,
+                specific=target is not None,
+            )
+            return
     if _ENOSPC.search(line):
         path = _path_in(line, cwd)
         scratch = f"scratch={policy.scratch}" if policy.scratch else "scratch size"
