@@ -192,7 +192,7 @@ class CountingClient(Client):
 def requests_per_lifecycle(ctx: Any, section: Section, namespace: str, flows: FlowCounter) -> None:
     """Requests in the lifecycle's namespace are counted exactly; cluster-scoped ones
     (namespaces, runtimeclasses) and those elsewhere are net of the idle rate, which other
-    sessions' Sandboxes (resynced every 5 s while not Ready) make noisy."""
+    sessions' tests make noisy."""
     kube: Kube = ctx.kube
     client = CountingClient(namespace, kubeconfig=env.KUBECONFIG)
     # Warm the namespace (the operator prepares each namespace once: PSA labels, policy).
@@ -443,7 +443,8 @@ def memory_at_scale(ctx: Any, section: Section, operator: Operator, flows: FlowC
         "Sandboxes in the cluster include other sessions' (tests running at the same time). "
         "RSS and PSS are summed over the operator container's processes (from /proc); the "
         "working set is its memory cgroup's usage less inactive file pages, as the kubelet "
-        "counts it. While settled, the operator's reaper loop re-reconciles every Sandbox "
-        "that is not Ready every 5 s (`_maybe_resync`), so unready Sandboxes cost CPU and "
-        "API requests continuously, not only memory."
+        "counts it. Watch events drive the reconcile; unready Sandboxes are re-reconciled "
+        "only when something they wait for changes (profiles, a RuntimeClass, a namespace's "
+        "labels) and by a safety resync every 300 s, which for a settled Sandbox makes no API "
+        "request (Namespace, RuntimeClass, policy and pod come from watches)."
     )

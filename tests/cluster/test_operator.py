@@ -434,3 +434,77 @@ def test_operator_killed_mid_create_converges_without_duplicates(
             "openblox-system",
             "--timeout=120s",
         )
+
+
+def _operator_metrics(kube: Kube) -> str:
+    """The operator's /metrics, through the API server's pod proxy."""
+    pods = json.loads(
+        kube.kubectl(
+            "get",
+            "pods",
+            "-n",
+            "openblox-system",
+            "-l",
+            "app.kubernetes.io/name=openblox-operator",
+            "--field-selector=status.phase=Running",
+            "-o",
+            "json",
+        ).stdout
+    )["items"]
+    name = pods[0]["metadata"]["name"]
+    return kube.kubectl(
+        "get", "--raw", f"/api/v1/namespaces/openblox-system/pods/{name}:9090/proxy/metrics"
+    ).stdout
+
+
+def _sample(text: str, name: str, **labels: str) -> float | None:
+    wanted = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
+    prefix = f"{name}{{{wanted}}} " if labels else f"{name} "
+    for line in text.splitlines():
+        if line.startswith(prefix):
+            return float(line.split()[-1])
+    return None
+
+
+def test_metrics_count_sandboxes_by_ready_condition(operator: Kube, sandboxes_ns: str) -> None:
+    operator.apply(sandbox("metered", sandboxes_ns))
+    operator.apply(sandbox("kata-metered", sandboxes_ns, profile="code-exec-kata"))
+    wait_reason(operator, "metered", sandboxes_ns, "Ready")
+    wait_reason(operator, "kata-metered", sandboxes_ns, "RuntimeUnavailable")
+
+    def counted() -> str | None:
+        text = _operator_metrics(operator)
+        ready = _sample(text, "openblox_sandboxes", ready="True", reason="Ready") or 0
+        down = _sample(text, "openblox_sandboxes", ready="False", reason="RuntimeUnavailable") or 0
+        return text if ready >= 1 and down >= 1 else None
+
+    text = wait_for("the sandboxes gauge", counted, 30, every=1)
+    assert (_sample(text, "openblox_sandbox_create_to_ready_seconds_count") or 0) >= 1
+    assert (_sample(text, "openblox_reconciles_total", trigger="sandbox") or 0) >= 1
+    assert _sample(text, "openblox_reconcile_errors_total") is not None
+    assert "# TYPE openblox_sandboxes_reaped counter" in text
+
+
+def test_a_deleted_network_policy_is_made_again(operator: Kube, sandboxes_ns: str) -> None:
+    operator.apply(sandbox("walled", sandboxes_ns))
+    wait_reason(operator, "walled", sandboxes_ns, "Ready")
+    first = operator.get("networkpolicy", "openblox-default-deny", sandboxes_ns)
+    operator.kubectl("delete", "networkpolicy", "openblox-default-deny", "-n", sandboxes_ns)
+
+    def remade() -> bool:
+        result = operator.kubectl(
+            "get",
+            "networkpolicy",
+            "openblox-default-deny",
+            "-n",
+            sandboxes_ns,
+            "-o",
+            "json",
+            check=False,
+        )
+        return (
+            result.returncode == 0
+            and json.loads(result.stdout)["metadata"]["uid"] != first["metadata"]["uid"]
+        )
+
+    wait_for("the default-deny policy again", remade, 30)

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import ssl
 import time
+from typing import Any
+from urllib.parse import urlencode
 
-from openblox.client.exec_stream import STDOUT, Connection, ExecSocket
+import websocket
+
 from openblox.controller.kube import Kube
 from openblox.models.boundary import classify_boundary
 from openblox.models.profile import Boundary
@@ -19,6 +24,8 @@ log = logging.getLogger(__name__)
 # is readable everywhere.
 _PROBE = ["/bin/sh", "-c", "uname -r; echo ---; cat /proc/version; dmesg 2>/dev/null"]
 _PROBE_SECONDS = 30.0
+PROTOCOL = "v5.channel.k8s.io"
+STDOUT = 1
 
 
 def probe_boundary(
@@ -36,21 +43,48 @@ def probe_boundary(
 
 
 def _exec(kube: Kube, namespace: str, pod: str) -> str:
-    """The probe's stdout, over the same framed exec stream the client uses.
+    """The probe's stdout, over pods/exec (websocket channel protocol v5).
 
-    (The kubernetes package's `stream()` swaps the transport of the shared ApiClient
-    while it runs, which breaks every other thread's calls, and it loses output when a
-    command ends quickly.)
+    Channel 1 is stdout; the stream ends when the server closes it after the command.
+    (The client's ExecSocket is not used: importing openblox.client loads the
+    `kubernetes` package, which the operator does without.)
     """
-    connection = Connection.from_configuration(kube.core.api_client.configuration)
-    socket = ExecSocket(
-        connection, namespace, pod, CONTAINER_NAME, _PROBE, stdin=False, timeout=_PROBE_SECONDS
+    credentials = kube.credentials
+    query = [("command", arg) for arg in _PROBE]
+    query += [("container", CONTAINER_NAME), ("stdout", "true"), ("stderr", "false")]
+    server = credentials.server.replace("https://", "wss://", 1).replace("http://", "ws://", 1)
+    url = f"{server}/api/v1/namespaces/{namespace}/pods/{pod}/exec?{urlencode(query)}"
+    token = kube.bearer_token()
+    sslopt: dict[str, Any] = {
+        "cert_reqs": ssl.CERT_NONE if credentials.insecure else ssl.CERT_REQUIRED
+    }
+    if credentials.ca_file:
+        sslopt["ca_certs"] = credentials.ca_file
+    if credentials.cert_file:
+        sslopt["certfile"] = credentials.cert_file
+        sslopt["keyfile"] = credentials.key_file
+    if credentials.tls_server_name:
+        sslopt["server_hostname"] = credentials.tls_server_name
+    socket = websocket.create_connection(
+        url,
+        header=[f"Authorization: Bearer {token}"] if token else [],
+        subprotocols=[PROTOCOL],
+        sslopt=sslopt,
+        timeout=_PROBE_SECONDS,
     )
     output = bytearray()
+    deadline = time.monotonic() + _PROBE_SECONDS
     try:
-        for frame in socket.frames(time.monotonic() + _PROBE_SECONDS):
-            if frame.channel == STDOUT:
-                output += frame.data
+        while time.monotonic() < deadline:
+            try:
+                opcode, payload = socket.recv_data()
+            except websocket.WebSocketConnectionClosedException:
+                break
+            if opcode == websocket.ABNF.OPCODE_CLOSE:
+                break
+            if payload and payload[0] == STDOUT:
+                output += payload[1:]
     finally:
-        socket.close()
+        with contextlib.suppress(OSError, websocket.WebSocketException):
+            socket.close()
     return output.decode("utf-8", "replace")

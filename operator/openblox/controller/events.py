@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from openblox.controller.kube import Kube
+from openblox.controller.kube import Kube, path
 from openblox.names import FIELD_MANAGER
 
 log = logging.getLogger(__name__)
@@ -59,7 +59,7 @@ class EventRecorder:
             "count": 1,
         }
         try:
-            self._kube.core.create_namespaced_event(namespace, body)
+            self._kube.post(path(plural="events", namespace=namespace), body)
         except Exception:  # an Event is best-effort: never fail a reconcile over one
             log.warning(
                 "could not record event %s on %s", reason, metadata.get("name"), exc_info=True

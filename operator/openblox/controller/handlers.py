@@ -2,7 +2,10 @@
 
 Sandboxes are handled with raw watch events (`on.event`), not kopf's create/update
 handlers: the reconcile is level-based, so it needs no diff, no progress annotations
-and no finalizers; the initial listing after a restart is the resume.
+and no finalizers; the initial listing after a restart is the resume. The other watches
+(pods, Namespaces, RuntimeClasses, the NetworkPolicy) keep `Watched` current, so a
+reconcile reads nothing from the API server, and trigger reconciles when what a Sandbox
+waits for changes.
 """
 
 from __future__ import annotations
@@ -13,8 +16,17 @@ from typing import Any
 
 import kopf
 
+from openblox.controller.kube import Kube
 from openblox.controller.runtime import Runtime
-from openblox.names import GROUP, LABEL_SANDBOX, PLURAL, VERSION
+from openblox.names import (
+    GROUP,
+    LABEL_MANAGED_BY,
+    LABEL_SANDBOX,
+    MANAGED_BY,
+    NETWORK_POLICY_NAME,
+    PLURAL,
+    VERSION,
+)
 
 log = logging.getLogger(__name__)
 
@@ -28,9 +40,29 @@ def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
     settings.posting.enabled = False
     settings.execution.max_workers = 16
     settings.watching.server_timeout = 300
+    # Only raw event handlers are registered, so kopf writes no last-handled-configuration
+    # or progress annotations and adds no finalizers: there is nothing to switch off.
     runtime = Runtime.build()
     runtime.start()
     memo["runtime"] = runtime
+
+
+@kopf.on.login()
+def login(**_: Any) -> kopf.ConnectionInfo:
+    """kopf's own ServiceAccount login dials kubernetes.default.svc, which needs cluster
+    DNS; use the same credentials as the operator's client (KUBERNETES_SERVICE_HOST).
+    kopf calls this again when the API server answers 401 (a rotated token)."""
+    kube = Kube.connect()
+    credentials = kube.credentials
+    return kopf.ConnectionInfo(
+        server=credentials.server,
+        ca_path=credentials.ca_file,
+        insecure=credentials.insecure,
+        token=kube.bearer_token(),
+        scheme="Bearer" if kube.bearer_token() else None,
+        certificate_path=credentials.cert_file,
+        private_key_path=credentials.key_file,
+    )
 
 
 @kopf.on.cleanup()
@@ -46,17 +78,60 @@ def sandbox_changed(event: kopf.RawEvent, body: kopf.Body, memo: kopf.Memo, **_:
     metadata = body["metadata"]
     if event["type"] == "DELETED":
         runtime.cache.remove(metadata["namespace"], metadata["name"])
-        runtime.reconciler.forget(metadata["uid"])
+        runtime.reconciler.forget(metadata["uid"], metadata["namespace"], metadata["name"])
         return
-    runtime.cache.upsert(body)
-    runtime.reconciler.reconcile(body, "sandbox")
+    sandbox = runtime.cache.upsert(body)
+    if sandbox is not None:
+        runtime.reconciler.reconcile(sandbox, "sandbox")
 
 
 @kopf.on.event("", "v1", "pods", labels={LABEL_SANDBOX: kopf.PRESENT})
-def sandbox_pod_changed(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+def sandbox_pod_changed(event: kopf.RawEvent, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     runtime: Runtime = memo["runtime"]
-    owner = runtime.cache.body(
-        body["metadata"]["namespace"], body["metadata"]["labels"][LABEL_SANDBOX]
-    )
+    metadata = body["metadata"]
+    if event["type"] == "DELETED":
+        runtime.watched.pod_gone(metadata["namespace"], metadata["name"], metadata.get("uid"))
+        runtime.reconciler.pod_gone(metadata.get("uid", ""))
+    else:
+        runtime.watched.pod_seen(body)
+    owner = runtime.cache.get(metadata["namespace"], metadata["labels"][LABEL_SANDBOX])
     if owner is not None:
         runtime.reconciler.reconcile(owner, "pod")
+
+
+@kopf.on.event("", "v1", "namespaces")
+def namespace_changed(event: kopf.RawEvent, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+    runtime: Runtime = memo["runtime"]
+    name = body["metadata"]["name"]
+    if event["type"] == "DELETED":
+        runtime.watched.namespace_gone(name)
+    elif runtime.watched.namespace_seen(name, body["metadata"].get("labels")):
+        # Its Sandboxes' profiles are allowed by these labels, and the reconcile puts
+        # back Pod Security `restricted` if someone took it off: reconcile them all.
+        runtime.reaper.request_resync(name)
+
+
+@kopf.on.event("node.k8s.io", "v1", "runtimeclasses")
+def runtime_class_changed(event: kopf.RawEvent, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+    runtime: Runtime = memo["runtime"]
+    name = body["metadata"]["name"]
+    if event["type"] == "DELETED":
+        runtime.watched.runtime_class_gone(name)
+    elif runtime.watched.runtime_class_seen(name):
+        runtime.reaper.request_resync()  # RuntimeUnavailable ones may now run
+
+
+@kopf.on.event("networking.k8s.io", "v1", "networkpolicies", labels={LABEL_MANAGED_BY: MANAGED_BY})
+def network_policy_changed(
+    event: kopf.RawEvent, body: kopf.Body, memo: kopf.Memo, **_: Any
+) -> None:
+    runtime: Runtime = memo["runtime"]
+    metadata = body["metadata"]
+    if metadata["name"] != NETWORK_POLICY_NAME:
+        return
+    if event["type"] == "DELETED":
+        runtime.watched.policy_gone(metadata["namespace"])
+        # Made again before anything else happens there.
+        runtime.reaper.request_resync(metadata["namespace"])
+    else:
+        runtime.watched.policy_seen(metadata["namespace"])

@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+import threading
+from collections import Counter as Tally
+from collections.abc import Iterable, Mapping
+
 from prometheus_client import Counter, Gauge, Histogram
+
+from openblox.models import Sandbox
 
 SANDBOXES = Gauge(
     "openblox_sandboxes",
-    "Sandboxes known to the operator, by the reason of their Ready condition.",
+    "Sandboxes known to the operator, by the status and reason of their Ready condition "
+    '(ready="Unknown", reason="Pending" before the operator has written one).',
     ["ready", "reason"],
 )
 CREATE_TO_READY = Histogram(
@@ -19,3 +26,28 @@ RECONCILE_ERRORS = Counter(
     "openblox_reconcile_errors_total", "Reconciles that ended in an unexpected error."
 )
 RECONCILES = Counter("openblox_reconciles_total", "Reconciles run, by trigger.", ["trigger"])
+
+_gauge_lock = threading.Lock()
+_gauge_labels: set[tuple[str, str]] = set()
+
+
+def ready_of(conditions: Iterable[Mapping[str, object]]) -> tuple[str, str]:
+    """(status, reason) of the Ready condition; ("Unknown", "Pending") when there is none."""
+    for condition in conditions:
+        if condition.get("type") == "Ready":
+            return str(condition.get("status") or "Unknown"), str(condition.get("reason") or "")
+    return "Unknown", "Pending"
+
+
+def count_by_ready(sandboxes: Iterable[Sandbox]) -> dict[tuple[str, str], int]:
+    """How many Sandboxes there are per (Ready status, Ready reason). Pure."""
+    return dict(Tally(ready_of(sandbox.conditions) for sandbox in sandboxes))
+
+
+def set_sandboxes(sandboxes: Iterable[Sandbox]) -> None:
+    """Set the gauge; a (status, reason) pair that no Sandbox has any more reads 0."""
+    counts = count_by_ready(sandboxes)
+    with _gauge_lock:
+        _gauge_labels.update(counts)
+        for labels in _gauge_labels:
+            SANDBOXES.labels(*labels).set(counts.get(labels, 0))

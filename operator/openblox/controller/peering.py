@@ -11,7 +11,7 @@ import logging
 import threading
 import time
 
-from openblox.controller.kube import Kube, is_conflict, is_not_found
+from openblox.controller.kube import Kube, is_conflict, is_not_found, path
 
 log = logging.getLogger(__name__)
 
@@ -22,7 +22,7 @@ KEEP_INTERVAL_SECONDS = 5.0
 
 def peering_exists(kube: Kube, name: str = PEERING_NAME) -> bool:
     try:
-        kube.custom.get_cluster_custom_object(GROUP, VERSION, PLURAL, name)
+        kube.get(path(group=GROUP, version=VERSION, plural=PLURAL, name=name))
     except Exception as error:
         if is_not_found(error):
             return False
@@ -37,7 +37,7 @@ def create_peering(kube: Kube, name: str = PEERING_NAME) -> None:
         "metadata": {"name": name},
     }
     try:
-        kube.custom.create_cluster_custom_object(GROUP, VERSION, PLURAL, body)
+        kube.post(path(group=GROUP, version=VERSION, plural=PLURAL), body)
     except Exception as error:
         if not is_conflict(error):
             raise

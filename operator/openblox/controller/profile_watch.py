@@ -7,15 +7,15 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from kubernetes import watch
-
 from openblox.builders.admission import ADMISSION_CONFIGMAP, build_admission_configmap
 from openblox.controller.events import EventRecorder
-from openblox.controller.kube import Kube, is_not_found
+from openblox.controller.kube import Kube, is_not_found, path
 from openblox.controller.profile_store import ProfileStore
 from openblox.names import OPERATOR_NAMESPACE, PROFILES_CONFIGMAP
 
 log = logging.getLogger(__name__)
+
+WATCH_SECONDS = 300
 
 
 class ProfileWatcher:
@@ -26,6 +26,9 @@ class ProfileWatcher:
         self._store = store
         self._events = events
         self._on_change = on_change
+        # The admission parameters last written (or found current): not read again while
+        # the profiles give the same ones.
+        self._published: dict[str, str] | None = None
 
     def run(self, stop: threading.Event) -> None:
         while not stop.is_set():
@@ -36,24 +39,29 @@ class ProfileWatcher:
                 stop.wait(2)
 
     def _watch(self, stop: threading.Event) -> None:
-        core = self._kube.core
+        configmaps = path(plural="configmaps", namespace=OPERATOR_NAMESPACE)
         field = f"metadata.name={PROFILES_CONFIGMAP}"
-        listing = core.list_namespaced_config_map(OPERATOR_NAMESPACE, field_selector=field)
-        self.apply(listing.items[0] if listing.items else None)
-        stream = watch.Watch().stream(
-            core.list_namespaced_config_map,
-            OPERATOR_NAMESPACE,
-            field_selector=field,
-            resource_version=listing.metadata.resource_version,
-            timeout_seconds=60,
-        )
-        for event in stream:
-            if stop.is_set():
-                return
-            self.apply(None if event["type"] == "DELETED" else event["object"])
+        listing = self._kube.get(configmaps, fieldSelector=field)
+        self._published = None  # on every (re)list, check the admission parameters again
+        items = listing.get("items") or []
+        self.apply(items[0] if items else None)
+        version = str((listing.get("metadata") or {}).get("resourceVersion") or "")
+        while not stop.is_set():
+            # Resumes from the last version seen; a 410 (too old) breaks out to re-list.
+            for event in self._kube.watch(
+                configmaps,
+                resource_version=version,
+                timeout_seconds=WATCH_SECONDS,
+                fieldSelector=field,
+            ):
+                if stop.is_set():
+                    return
+                configmap = event.get("object") or {}
+                version = str((configmap.get("metadata") or {}).get("resourceVersion") or version)
+                self.apply(None if event["type"] == "DELETED" else configmap)
 
-    def apply(self, configmap: Any) -> None:
-        data: Mapping[str, str] = (configmap.data or {}) if configmap is not None else {}
+    def apply(self, configmap: Mapping[str, Any] | None) -> None:
+        data: Mapping[str, str] = (configmap.get("data") or {}) if configmap is not None else {}
         update = self._store.update(data)
         for name, error in update.refused.items():
             kept = (
@@ -61,26 +69,29 @@ class ProfileWatcher:
             )
             log.error("refused profile %s: %s%s", name, error.message, kept)
             if configmap is not None:
-                body = self._kube.core.api_client.sanitize_for_serialization(configmap)
-                body.setdefault("apiVersion", "v1")
-                body.setdefault("kind", "ConfigMap")
+                body = {"apiVersion": "v1", "kind": "ConfigMap", **configmap}
                 self._events.record(body, "ProfileRefused", error.message + kept)
         if update.changed or update.removed:
             log.info(
                 "profiles changed: %s; removed: %s", list(update.changed), list(update.removed)
             )
         self._publish_admission_params()
-        self._on_change()
+        if update.changed or update.removed or update.refused:
+            self._on_change()
 
     def _publish_admission_params(self) -> None:
         desired = build_admission_configmap(self._store.snapshot())
-        core = self._kube.core
+        if desired["data"] == self._published:
+            return
+        target = path(plural="configmaps", namespace=OPERATOR_NAMESPACE, name=ADMISSION_CONFIGMAP)
         try:
-            current = core.read_namespaced_config_map(ADMISSION_CONFIGMAP, OPERATOR_NAMESPACE)
+            current = self._kube.get(target)
         except Exception as error:
             if not is_not_found(error):
                 raise
-            core.create_namespaced_config_map(OPERATOR_NAMESPACE, desired)
+            self._kube.post(target.rpartition("/")[0], desired)
+            self._published = dict(desired["data"])
             return
-        if (current.data or {}) != desired["data"]:
-            core.replace_namespaced_config_map(ADMISSION_CONFIGMAP, OPERATOR_NAMESPACE, desired)
+        if (current.get("data") or {}) != desired["data"]:
+            self._kube.put(target, desired)
+        self._published = dict(desired["data"])

@@ -1,13 +1,17 @@
 """The one reconcile: observe a Sandbox's world, make the pod exist, report the status.
 
-Level-based and idempotent: every trigger (a Sandbox event, a pod event, the resync
-loop) calls the same function with the latest Sandbox, and it converges from whatever
-it finds. Creation is create-first: a 409 means the pod exists, and it is adopted only
-if this Sandbox owns it. The status is patched only when it changed.
+Level-based and idempotent: every trigger (a Sandbox event, a pod event, a requeue,
+the slow safety resync) calls the same function with the latest Sandbox, and it
+converges from whatever it finds. What it observes comes from the watches (`Watched`):
+the Namespace's labels, the RuntimeClass, the namespace's NetworkPolicy and the pod; a
+reconcile of a settled Sandbox makes no API request at all. A pod the watch has not
+shown is created without a read first: a 409 means it exists, and it is adopted only if
+this Sandbox owns it. The status is patched only when it changed.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -24,8 +28,11 @@ from openblox.builders.status import build_status, status_patch
 from openblox.controller import metrics
 from openblox.controller.boundary import probe_boundary
 from openblox.controller.events import EventRecorder
-from openblox.controller.kube import Kube, is_conflict, is_not_found
+from openblox.controller.kube import STRATEGIC_MERGE_PATCH, Kube, is_conflict, is_not_found, path
 from openblox.controller.profile_store import ProfileStore
+from openblox.controller.requeue import Requeue
+from openblox.controller.sandbox_cache import SandboxCache
+from openblox.controller.watched import Watched, slim_pod
 from openblox.denials import Denial, lifetime_denial, pod_denial
 from openblox.lifetime import compute_expiry, effective_lifetime
 from openblox.models import (
@@ -33,6 +40,7 @@ from openblox.models import (
     OpenbloxError,
     Profile,
     Sandbox,
+    SandboxError,
     parse_sandbox,
 )
 from openblox.models.profile import Boundary, resolve_profile
@@ -42,6 +50,7 @@ from openblox.names import (
     KIND,
     LABEL_NAMESPACE_OPT_IN,
     NAMESPACE_OPT_IN_VALUE,
+    NETWORK_POLICY_NAME,
     PLURAL,
     VERSION,
     Reason,
@@ -57,6 +66,10 @@ PSA_LABELS = {
 PENDING_GRACE_SECONDS = 3.0
 # containerd's words for a RuntimeClass handler it has no runtime for.
 MISSING_HANDLER = "no runtime for"
+# An inconclusive boundary probe is tried again after this long.
+PROBE_RETRY_SECONDS = 5.0
+# A reconcile that failed (an API error, a timeout) is tried again, backing off from this.
+ERROR_RETRY_SECONDS = 2.0
 
 
 @dataclass(frozen=True)
@@ -76,15 +89,21 @@ class Reconciler:
         events: EventRecorder,
         settings: Settings,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+        *,
+        watched: Watched | None = None,
+        cache: SandboxCache | None = None,
+        requeue: Requeue | None = None,
     ):
         self._kube = kube
         self._profiles = profiles
         self._events = events
         self._settings = settings
         self._clock = clock
+        self.watched = watched or Watched()
+        self._cache = cache
+        self.requeue = requeue or Requeue()
         self._locks: dict[str, threading.Lock] = {}
         self._locks_guard = threading.Lock()
-        self._namespaces_prepared: set[str] = set()
         # Pod uid -> boundary seen inside it; a pod's kernel does not change while it lives.
         self._boundaries: dict[str, Boundary] = {}
         self._node_kernels: dict[str, str] = {}
@@ -92,9 +111,9 @@ class Reconciler:
 
     # ------------------------------------------------------------------ entry point
 
-    def reconcile(self, body: Mapping[str, Any], trigger: str) -> None:
+    def reconcile(self, body: Mapping[str, Any] | Sandbox, trigger: str) -> None:
         metrics.RECONCILES.labels(trigger).inc()
-        sandbox = parse_sandbox(body)
+        sandbox = body if isinstance(body, Sandbox) else parse_sandbox(body)
         if sandbox.deletion_timestamp is not None:
             return  # the garbage collector removes the pod with its owner
         with self._lock_for(sandbox.uid):
@@ -102,12 +121,19 @@ class Reconciler:
                 self._reconcile(sandbox)
             except Exception:
                 metrics.RECONCILE_ERRORS.inc()
+                # Nothing else may come to retry it (no event, no short resync): back off.
+                self.requeue.after((sandbox.namespace, sandbox.name), ERROR_RETRY_SECONDS)
                 raise
 
-    def forget(self, uid: str) -> None:
+    def forget(self, uid: str, namespace: str = "", name: str = "") -> None:
         with self._locks_guard:
             self._locks.pop(uid, None)
         self._ready_seen.discard(uid)
+        if name:
+            self.requeue.settled((namespace, name))
+
+    def pod_gone(self, uid: str) -> None:
+        self._boundaries.pop(uid, None)
 
     def _lock_for(self, uid: str) -> threading.Lock:
         with self._locks_guard:
@@ -198,9 +224,17 @@ class Reconciler:
             pod,
         )
 
+    def _namespace_labels(self, namespace: str) -> dict[str, str]:
+        known, labels = self.watched.namespace_labels(namespace)
+        if known and labels is not None:
+            return labels
+        body = self._kube.get(path(plural="namespaces", name=namespace))
+        labels = dict((body.get("metadata") or {}).get("labels") or {})
+        self.watched.namespace_seen(namespace, labels)
+        return labels
+
     def _resolve_profile(self, sandbox: Sandbox) -> Profile:
-        namespace = self._kube.core.read_namespace(sandbox.namespace)
-        labels = namespace.metadata.labels or {}
+        labels = self._namespace_labels(sandbox.namespace)
         broken = {}
         refusal = self._profiles.refusal(sandbox.spec.profile)
         if refusal is not None and self._profiles.get(sandbox.spec.profile) is None:
@@ -210,15 +244,23 @@ class Reconciler:
         )
 
     def _runtime_problem(self, profile: Profile) -> str | None:
-        try:
-            self._kube.node.read_runtime_class(profile.runtime_class_name)
-        except Exception as error:
-            if is_not_found(error):
-                return (
-                    f'RuntimeClass "{profile.runtime_class_name}" does not exist in this '
-                    "cluster; refusing to run the sandbox under any other runtime"
-                )
-            raise
+        name = profile.runtime_class_name
+        exists = self.watched.runtime_class_exists(name)
+        if exists is None:
+            try:
+                self._kube.get(path(group="node.k8s.io", plural="runtimeclasses", name=name))
+                self.watched.runtime_class_seen(name)
+                exists = True
+            except Exception as error:
+                if not is_not_found(error):
+                    raise
+                self.watched.runtime_class_gone(name)
+                exists = False
+        if not exists:
+            return (
+                f'RuntimeClass "{profile.runtime_class_name}" does not exist in this '
+                "cluster; refusing to run the sandbox under any other runtime"
+            )
         if profile.runtime_class_name == "kata" and not self._settings.network_policy_enforced:
             return (
                 "Kata profiles need NetworkPolicy enforcement (under Kata the policy is the "
@@ -229,48 +271,56 @@ class Reconciler:
 
     def _prepare_namespace(self, namespace: str) -> None:
         """Pod Security `restricted` and the default-deny policy, before any pod exists."""
-        if namespace in self._namespaces_prepared:
-            return
-        current = self._kube.core.read_namespace(namespace).metadata.labels or {}
+        current = self._namespace_labels(namespace)
         if current.get(LABEL_NAMESPACE_OPT_IN) == NAMESPACE_OPT_IN_VALUE and any(
             current.get(k) != v for k, v in PSA_LABELS.items()
         ):
-            self._kube.core.patch_namespace(namespace, {"metadata": {"labels": PSA_LABELS}})
-        try:
-            self._kube.networking.create_namespaced_network_policy(
-                namespace, build_network_policy(namespace)
+            patched = self._kube.patch(
+                path(plural="namespaces", name=namespace),
+                {"metadata": {"labels": PSA_LABELS}},
+                STRATEGIC_MERGE_PATCH,
             )
+            self.watched.namespace_seen(namespace, (patched.get("metadata") or {}).get("labels"))
+        if self.watched.has_policy(namespace):
+            return  # the NetworkPolicy watch saw it; its deletion brings a reconcile
+        try:
+            self._kube.post(
+                path(group="networking.k8s.io", plural="networkpolicies", namespace=namespace),
+                build_network_policy(namespace),
+            )
+            log.info("created NetworkPolicy %s/%s", namespace, NETWORK_POLICY_NAME)
         except Exception as error:
             if not is_conflict(error):
                 raise
-        self._namespaces_prepared.add(namespace)
+        self.watched.policy_seen(namespace)
 
     def _read_pod(self, sandbox: Sandbox) -> dict[str, Any] | None:
-        try:
-            pod = self._kube.core.read_namespaced_pod(pod_name(sandbox), sandbox.namespace)
-        except Exception as error:
-            if is_not_found(error):
-                return None
-            raise
-        result: dict[str, Any] = self._kube.core.api_client.sanitize_for_serialization(pod)
-        return result if is_owned_by(result, sandbox) else None
+        """The Sandbox's pod as the pod watch last showed it (no request)."""
+        pod = self.watched.pod(sandbox.namespace, pod_name(sandbox))
+        return pod if pod is not None and is_owned_by(pod, sandbox) else None
 
     def _ensure_pod(
         self, sandbox: Sandbox, profile: Profile
     ) -> tuple[dict[str, Any] | None, str | None]:
-        """The Sandbox's pod, created if missing; or a conflict message if the name is taken."""
-        try:
-            created = self._kube.core.create_namespaced_pod(
-                sandbox.namespace, build_pod(sandbox, profile)
-            )
-            log.info("created pod %s/%s", sandbox.namespace, pod_name(sandbox))
-            pod: dict[str, Any] = self._kube.core.api_client.sanitize_for_serialization(created)
-            return pod, None
-        except Exception as error:
-            if not is_conflict(error):
-                raise
-        existing = self._kube.core.read_namespaced_pod(pod_name(sandbox), sandbox.namespace)
-        found: dict[str, Any] = self._kube.core.api_client.sanitize_for_serialization(existing)
+        """The Sandbox's pod, created if missing; or a conflict message if the name is taken.
+
+        The pod watch's copy is used when there is one; otherwise the pod is created
+        straight away (no read first), and a 409 is answered by one read.
+        """
+        found = self.watched.pod(sandbox.namespace, pod_name(sandbox))
+        if found is None:
+            pods = path(plural="pods", namespace=sandbox.namespace)
+            try:
+                created = self._kube.post(pods, build_pod(sandbox, profile))
+                log.info("created pod %s/%s", sandbox.namespace, pod_name(sandbox))
+                self.watched.pod_seen(created)
+                return slim_pod(created), None
+            except Exception as error:
+                if not is_conflict(error):
+                    raise
+            existing = self._kube.get(f"{pods}/{pod_name(sandbox)}")
+            self.watched.pod_seen(existing)
+            found = slim_pod(existing)
         if not is_owned_by(found, sandbox):
             return None, (
                 f'a pod named "{pod_name(sandbox)}" already exists in '
@@ -296,11 +346,9 @@ class Reconciler:
     def _delete_pod(self, pod: Mapping[str, Any]) -> None:
         metadata = pod["metadata"]
         try:
-            self._kube.core.delete_namespaced_pod(
-                metadata["name"],
-                metadata["namespace"],
-                grace_period_seconds=0,
-                body={"preconditions": {"uid": metadata["uid"]}},
+            self._kube.delete(
+                path(plural="pods", namespace=metadata["namespace"], name=metadata["name"]),
+                {"gracePeriodSeconds": 0, "preconditions": {"uid": metadata["uid"]}},
             )
         except Exception as error:
             if not (is_not_found(error) or is_conflict(error)):
@@ -309,21 +357,29 @@ class Reconciler:
     def _sandbox_creation_failure(self, pod: Mapping[str, Any], now: datetime) -> str | None:
         """The kubelet could not create the pod sandbox (for instance, no such handler)."""
         status = pod.get("status") or {}
+        key = (pod["metadata"]["namespace"], pod["metadata"]["name"])
         if status.get("phase") != "Pending":
+            self.requeue.settled(key)
             return None
         created = pod["metadata"].get("creationTimestamp")
-        if created and (now - _parse_time(created)).total_seconds() < PENDING_GRACE_SECONDS:
+        age = (now - _parse_time(created)).total_seconds() if created else PENDING_GRACE_SECONDS
+        if age < PENDING_GRACE_SECONDS:
+            # No pod event may come if the node cannot make the pod's sandbox: look then.
+            self.requeue.after(key, PENDING_GRACE_SECONDS - age)
             return None
-        events = self._kube.core.list_namespaced_event(
-            pod["metadata"]["namespace"],
-            field_selector=f"involvedObject.uid={pod['metadata']['uid']},"
+        events = self._kube.get(
+            path(plural="events", namespace=pod["metadata"]["namespace"]),
+            fieldSelector=f"involvedObject.uid={pod['metadata']['uid']},"
             "reason=FailedCreatePodSandBox",
         )
-        for event in events.items:
+        for event in events.get("items") or []:
             # Only a handler the node lacks is final; anything else (a shim that timed
             # out on a loaded node) the kubelet retries, and the pod stays Pending.
-            if MISSING_HANDLER in (event.message or ""):
-                return f"the node could not start the pod's runtime: {event.message}"
+            message = event.get("message") or ""
+            if MISSING_HANDLER in message:
+                self.requeue.settled(key)
+                return f"the node could not start the pod's runtime: {message}"
+        self.requeue.after(key, PENDING_GRACE_SECONDS)
         return None
 
     def _observed_boundary(self, pod: Mapping[str, Any], state: PodState) -> Boundary | None:
@@ -339,32 +395,43 @@ class Reconciler:
                 self._node_kernel(node),
             )
             if observed is None:
-                return None  # inconclusive: probed again on the next resync
+                # Inconclusive: probed again shortly.
+                self.requeue.after(
+                    (pod["metadata"]["namespace"], pod["metadata"]["name"]), PROBE_RETRY_SECONDS
+                )
+                return None
             self._boundaries[uid] = observed
         return self._boundaries[uid]
 
     def _node_kernel(self, node: str) -> str:
         if node not in self._node_kernels:
-            self._node_kernels[node] = self._kube.core.read_node(
-                node
-            ).status.node_info.kernel_version
+            body = self._kube.get(path(plural="nodes", name=node))
+            self._node_kernels[node] = str(body["status"]["nodeInfo"]["kernelVersion"])
         return self._node_kernels[node]
 
     def _write_status(self, sandbox: Sandbox, status: dict[str, Any]) -> None:
         if not status_changed(sandbox.status, status):
             return
         try:
-            self._kube.custom.patch_namespaced_custom_object_status(
-                GROUP,
-                VERSION,
-                sandbox.namespace,
-                PLURAL,
-                sandbox.name,
+            patched = self._kube.patch(
+                path(
+                    group=GROUP,
+                    version=VERSION,
+                    plural=PLURAL,
+                    namespace=sandbox.namespace,
+                    name=sandbox.name,
+                    subresource="status",
+                ),
                 {"status": status_patch(sandbox.status, status)},
             )
         except Exception as error:
             if not is_not_found(error):
                 raise
+            return
+        if self._cache is not None:
+            # The next trigger compares against what was written, not the older copy.
+            with contextlib.suppress(SandboxError):
+                self._cache.refresh(parse_sandbox(patched))
 
     def _count_ready(self, sandbox: Sandbox, status: Mapping[str, Any], now: datetime) -> None:
         ready = any(c["type"] == "Ready" and c["status"] == "True" for c in status["conditions"])

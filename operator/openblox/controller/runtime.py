@@ -16,7 +16,9 @@ from openblox.controller.profile_store import ProfileStore
 from openblox.controller.profile_watch import ProfileWatcher
 from openblox.controller.reaper import Reaper
 from openblox.controller.reconcile import Reconciler, Settings
+from openblox.controller.requeue import Requeue
 from openblox.controller.sandbox_cache import SandboxCache
+from openblox.controller.watched import Watched
 
 # Sandboxes are not reconciled before the profiles are known: an early reconcile would
 # report ProfileNotFound for a profile that exists.
@@ -31,6 +33,7 @@ class Runtime:
     reconciler: Reconciler
     reaper: Reaper
     profile_watcher: ProfileWatcher
+    watched: Watched
     stop: threading.Event = field(default_factory=threading.Event)
     threads: list[threading.Thread] = field(default_factory=list)
 
@@ -41,7 +44,16 @@ class Runtime:
         profiles = ProfileStore()
         cache = SandboxCache()
         events = EventRecorder(kube, identity)
-        reconciler = Reconciler(kube, profiles, events, Settings.from_environment())
+        watched = Watched()
+        reconciler = Reconciler(
+            kube,
+            profiles,
+            events,
+            Settings.from_environment(),
+            watched=watched,
+            cache=cache,
+            requeue=Requeue(),
+        )
         reaper = Reaper(
             kube,
             cache,
@@ -51,7 +63,7 @@ class Runtime:
             lease=Lease(kube, "openblox-reaper", identity),
         )
         watcher = ProfileWatcher(kube, profiles, events, on_change=reaper.request_resync)
-        return cls(kube, profiles, cache, reconciler, reaper, watcher)
+        return cls(kube, profiles, cache, reconciler, reaper, watcher, watched)
 
     def start(self) -> None:
         loops = (

@@ -1,0 +1,173 @@
+"""What the watches have told the operator about the world around its Sandboxes.
+
+Each reconcile used to read the Namespace, the RuntimeClass and the pod from the API
+server, and create the NetworkPolicy, whatever had changed. Now the watches keep:
+
+- Namespaces: name -> labels (profiles are allowed by namespace label).
+- RuntimeClasses: the names that exist.
+- NetworkPolicies: the namespaces that hold the operator's default-deny policy.
+- Sandbox pods: a slim copy (only the fields the reconcile and the denials read).
+
+Only small, typed pieces are kept, never full bodies (managedFields alone are larger than
+everything kept here). A miss (an object the watch has not delivered yet, say just after
+start) falls back to one read, whose answer is kept; a negative answer is kept only for
+NEGATIVE_TTL_SECONDS, in case a watch event was lost.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from openblox.names import CONTAINER_NAME
+
+NEGATIVE_TTL_SECONDS = 30.0
+PROFILE_DIGEST_ANNOTATION = "openblox.sh/profile-digest"
+
+
+def slim_pod(pod: Mapping[str, Any]) -> dict[str, Any]:
+    """The fields of a pod that the reconcile, the conditions and the denials read."""
+    metadata = pod.get("metadata") or {}
+    spec = pod.get("spec") or {}
+    annotations = metadata.get("annotations") or {}
+    kept_metadata: dict[str, Any] = {
+        key: metadata[key]
+        for key in ("name", "namespace", "uid", "creationTimestamp", "deletionTimestamp")
+        if key in metadata
+    }
+    kept_metadata["ownerReferences"] = [
+        {"uid": ref.get("uid"), "controller": ref.get("controller")}
+        for ref in metadata.get("ownerReferences") or []
+        if ref.get("controller") is True
+    ]
+    if PROFILE_DIGEST_ANNOTATION in annotations:
+        kept_metadata["annotations"] = {
+            PROFILE_DIGEST_ANNOTATION: annotations[PROFILE_DIGEST_ANNOTATION]
+        }
+    kept_spec: dict[str, Any] = {
+        key: spec[key] for key in ("nodeName", "activeDeadlineSeconds") if key in spec
+    }
+    kept_spec["containers"] = [
+        {"name": c.get("name"), "resources": {"limits": (c.get("resources") or {}).get("limits")}}
+        for c in spec.get("containers") or []
+        if c.get("name") == CONTAINER_NAME
+    ]
+    return {"metadata": kept_metadata, "spec": kept_spec, "status": dict(pod.get("status") or {})}
+
+
+class _Known:
+    """Names seen by a watch, plus misses that one read confirmed absent (for a while)."""
+
+    def __init__(self, clock: Callable[[], float]) -> None:
+        self._present: dict[str, Any] = {}
+        self._absent: dict[str, float] = {}
+        self._clock = clock
+
+    def put(self, name: str, value: Any) -> None:
+        self._present[name] = value
+        self._absent.pop(name, None)
+
+    def remove(self, name: str) -> None:
+        self._present.pop(name, None)
+        self._absent[name] = self._clock()
+
+    def lookup(self, name: str) -> tuple[bool, Any]:
+        """(known, value): value is None for a name known to be absent."""
+        if name in self._present:
+            return True, self._present[name]
+        absent_since = self._absent.get(name)
+        if absent_since is not None and self._clock() - absent_since < NEGATIVE_TTL_SECONDS:
+            return True, None
+        return False, None
+
+    def names(self) -> set[str]:
+        return set(self._present)
+
+
+class Watched:
+    """Thread-safe; written by watch handlers and by fall-back reads, read by the reconcile."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._lock = threading.Lock()
+        self._namespaces = _Known(clock)
+        self._runtime_classes = _Known(clock)
+        self._policies = _Known(clock)
+        self._pods: dict[tuple[str, str], dict[str, Any]] = {}
+
+    # Namespaces ------------------------------------------------------------
+
+    def namespace_seen(self, name: str, labels: Mapping[str, str] | None) -> bool:
+        """Record a namespace's labels; True when they changed."""
+        with self._lock:
+            known, before = self._namespaces.lookup(name)
+            after = dict(labels or {})
+            self._namespaces.put(name, after)
+            return not known or before != after
+
+    def namespace_gone(self, name: str) -> None:
+        with self._lock:
+            self._namespaces.remove(name)
+            self._policies.remove(name)
+
+    def namespace_labels(self, name: str) -> tuple[bool, dict[str, str] | None]:
+        with self._lock:
+            known, labels = self._namespaces.lookup(name)
+            return known, dict(labels) if labels is not None else None
+
+    # RuntimeClasses --------------------------------------------------------
+
+    def runtime_class_seen(self, name: str) -> bool:
+        """True when the name was not known to exist before."""
+        with self._lock:
+            known, before = self._runtime_classes.lookup(name)
+            self._runtime_classes.put(name, True)
+            return not (known and before)
+
+    def runtime_class_gone(self, name: str) -> None:
+        with self._lock:
+            self._runtime_classes.remove(name)
+
+    def runtime_class_exists(self, name: str) -> bool | None:
+        """True / False when known, None when it has to be read."""
+        with self._lock:
+            known, value = self._runtime_classes.lookup(name)
+            return bool(value) if known else None
+
+    # NetworkPolicies -------------------------------------------------------
+
+    def policy_seen(self, namespace: str) -> None:
+        with self._lock:
+            self._policies.put(namespace, True)
+
+    def policy_gone(self, namespace: str) -> None:
+        with self._lock:
+            self._policies.remove(namespace)
+
+    def has_policy(self, namespace: str) -> bool:
+        with self._lock:
+            known, value = self._policies.lookup(namespace)
+            return known and bool(value)
+
+    # Sandbox pods ------------------------------------------------------------
+
+    def pod_seen(self, pod: Mapping[str, Any]) -> None:
+        slim = slim_pod(pod)
+        key = (slim["metadata"].get("namespace", ""), slim["metadata"].get("name", ""))
+        with self._lock:
+            self._pods[key] = slim
+
+    def pod_gone(self, namespace: str, name: str, uid: str | None = None) -> None:
+        with self._lock:
+            current = self._pods.get((namespace, name))
+            if current is not None and (uid is None or current["metadata"].get("uid") == uid):
+                del self._pods[(namespace, name)]
+
+    def pod(self, namespace: str, name: str) -> dict[str, Any] | None:
+        with self._lock:
+            return self._pods.get((namespace, name))
+
+    def pod_count(self) -> int:
+        with self._lock:
+            return len(self._pods)

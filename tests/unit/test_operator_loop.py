@@ -1,0 +1,453 @@
+"""The operator's reconcile against a fake API server: what it asks for, and when it asks nothing.
+
+Pure parts (the gauge's counting, the caches, the requeue back-off, the lease's renewal
+interval) are checked directly; the reconcile runs with a recording fake `Kube`, so the
+number of API requests per step is an asserted figure, not a benchmark's estimate.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from openblox.builders.pod import pod_name
+from openblox.controller import metrics
+from openblox.controller.events import EventRecorder
+from openblox.controller.kube import ApiError, path
+from openblox.controller.lease import Lease
+from openblox.controller.profile_store import ProfileStore
+from openblox.controller.reaper import Reaper
+from openblox.controller.reconcile import Reconciler, Settings
+from openblox.controller.requeue import MAX_DELAY_SECONDS, Requeue
+from openblox.controller.sandbox_cache import SandboxCache
+from openblox.controller.watched import NEGATIVE_TTL_SECONDS, Watched, slim_pod
+from openblox.models import parse_sandbox
+from tests.unit.factories import DEFAULT_PROFILE_YAML, SANDBOX_UID, sandbox_body
+
+NOW = datetime(2025, 1, 2, 3, 5, 0, tzinfo=UTC)
+OPTED_IN = {"openblox.sh/sandboxes": "enabled"}
+PSA = {
+    "pod-security.kubernetes.io/enforce": "restricted",
+    "pod-security.kubernetes.io/enforce-version": "latest",
+}
+
+
+class FakeKube:
+    """Records every request; answers from `objects` (path -> body) or with `errors`."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, str]] = []
+        self.objects: dict[str, dict[str, Any]] = {}
+        self.errors: dict[tuple[str, str], int] = {}
+
+    def _answer(self, method: str, target: str, body: Any = None) -> dict[str, Any]:
+        self.calls.append((method, target))
+        status = self.errors.get((method, target))
+        if status:
+            raise ApiError(status, "Fake")
+        if method == "POST":
+            name = body["metadata"].get("name", "event")
+            created = {**body, "metadata": {**body["metadata"], "uid": f"uid-{name}"}}
+            self.objects[f"{target}/{name}"] = created
+            return created
+        if method == "PATCH" and target.endswith("/status"):
+            # The API server answers with the whole Sandbox, status patched.
+            name = target.split("/")[-2]
+            return {**self.objects.get(target, sandbox_body(name=name)), **body}
+        if method == "PATCH" and target.startswith("/api/v1/namespaces/"):
+            current = self.objects.get(target, {"metadata": {}})
+            labels = {**current["metadata"].get("labels", {}), **body["metadata"]["labels"]}
+            self.objects[target] = {"metadata": {**current["metadata"], "labels": labels}}
+            return self.objects[target]
+        if method in ("PATCH", "PUT"):
+            return {**self.objects.get(target, {}), **body}
+        if target in self.objects:
+            return self.objects[target]
+        if method == "GET":
+            raise ApiError(404, "NotFound")
+        return {}
+
+    def get(self, target: str, **params: Any) -> dict[str, Any]:
+        return self._answer("GET", target)
+
+    def post(self, target: str, body: Any) -> dict[str, Any]:
+        return self._answer("POST", target, body)
+
+    def put(self, target: str, body: Any) -> dict[str, Any]:
+        return self._answer("PUT", target, body)
+
+    def patch(self, target: str, body: Any, content_type: str = "") -> dict[str, Any]:
+        return self._answer("PATCH", target, body)
+
+    def delete(self, target: str, body: Any = None) -> dict[str, Any]:
+        return self._answer("DELETE", target, body)
+
+    def take(self) -> list[tuple[str, str]]:
+        calls, self.calls = self.calls, []
+        return calls
+
+
+def _operator(kube: FakeKube) -> tuple[Reconciler, Watched, SandboxCache]:
+    profiles = ProfileStore()
+    profiles.update({"code-exec": DEFAULT_PROFILE_YAML})
+    watched = Watched()
+    cache = SandboxCache()
+    reconciler = Reconciler(
+        kube,  # type: ignore[arg-type]
+        profiles,
+        EventRecorder(kube, "test"),  # type: ignore[arg-type]
+        Settings(network_policy_enforced=False),
+        clock=lambda: NOW,
+        watched=watched,
+        cache=cache,
+        requeue=Requeue(),
+    )
+    return reconciler, watched, cache
+
+
+def _watch_everything(watched: Watched) -> None:
+    watched.namespace_seen("team-a", {**OPTED_IN, **PSA})
+    watched.runtime_class_seen("gvisor")
+    watched.policy_seen("team-a")
+
+
+def test_a_new_sandbox_costs_one_pod_create_and_one_status_patch() -> None:
+    kube = FakeKube()
+    reconciler, watched, cache = _operator(kube)
+    _watch_everything(watched)
+    sandbox = cache.upsert(sandbox_body())
+    assert sandbox is not None
+    reconciler.reconcile(sandbox, "sandbox")
+    assert kube.take() == [
+        ("POST", "/api/v1/namespaces/team-a/pods"),
+        ("PATCH", "/apis/openblox.sh/v1alpha1/namespaces/team-a/sandboxes/demo/status"),
+    ]
+
+
+def test_a_settled_sandbox_is_reconciled_without_a_single_request() -> None:
+    kube = FakeKube()
+    reconciler, watched, cache = _operator(kube)
+    _watch_everything(watched)
+    sandbox = cache.upsert(sandbox_body())
+    assert sandbox is not None
+    reconciler.reconcile(sandbox, "sandbox")
+    kube.take()
+    # The pod watch delivers the pod; the cache holds the status just written.
+    created = kube.objects[f"/api/v1/namespaces/team-a/pods/{pod_name(sandbox)}"]
+    watched.pod_seen(created)
+    again = cache.get("team-a", "demo")
+    assert again is not None and again.status  # refreshed from the patch's answer
+    for _ in range(3):
+        reconciler.reconcile(again, "resync")
+    assert kube.take() == []
+
+
+def test_namespace_runtime_class_and_policy_are_read_once_when_no_watch_has_shown_them() -> None:
+    kube = FakeKube()
+    kube.objects["/api/v1/namespaces/team-a"] = {"metadata": {"labels": OPTED_IN}}
+    kube.objects["/apis/node.k8s.io/v1/runtimeclasses/gvisor"] = {"metadata": {}}
+    reconciler, _, cache = _operator(kube)
+    sandbox = cache.upsert(sandbox_body())
+    assert sandbox is not None
+    reconciler.reconcile(sandbox, "sandbox")
+    calls = kube.take()
+    assert calls.count(("GET", "/api/v1/namespaces/team-a")) == 1
+    assert ("PATCH", "/api/v1/namespaces/team-a") in calls  # PSA labels, once
+    assert calls.count(("GET", "/apis/node.k8s.io/v1/runtimeclasses/gvisor")) == 1
+    assert ("POST", "/apis/networking.k8s.io/v1/namespaces/team-a/networkpolicies") in calls
+    other = cache.upsert(sandbox_body(name="other"))
+    assert other is not None
+    reconciler.reconcile(other, "sandbox")
+    assert kube.take() == [
+        ("POST", "/api/v1/namespaces/team-a/pods"),
+        ("PATCH", "/apis/openblox.sh/v1alpha1/namespaces/team-a/sandboxes/other/status"),
+    ]
+
+
+def test_a_missing_runtime_class_is_asked_about_once_then_remembered() -> None:
+    kube = FakeKube()
+    reconciler, watched, cache = _operator(kube)
+    watched.namespace_seen("team-a", {**OPTED_IN, **PSA})
+    for index in range(5):
+        sandbox = cache.upsert(sandbox_body(name=f"s{index}"))
+        assert sandbox is not None
+        reconciler.reconcile(sandbox, "sandbox")
+    calls = kube.take()
+    assert calls.count(("GET", "/apis/node.k8s.io/v1/runtimeclasses/gvisor")) == 1
+    assert not any(method == "POST" and "/pods" in target for method, target in calls)
+    settled = cache.get("team-a", "s0")
+    assert settled is not None
+    assert metrics.ready_of(settled.conditions) == ("False", "RuntimeUnavailable")
+
+
+def test_a_pod_name_taken_by_another_owner_is_reported_not_adopted() -> None:
+    kube = FakeKube()
+    reconciler, watched, cache = _operator(kube)
+    _watch_everything(watched)
+    sandbox = cache.upsert(sandbox_body())
+    assert sandbox is not None
+    pods = "/api/v1/namespaces/team-a/pods"
+    kube.errors[("POST", pods)] = 409
+    kube.objects[f"{pods}/{pod_name(sandbox)}"] = {
+        "metadata": {"name": pod_name(sandbox), "namespace": "team-a", "uid": "x"}
+    }
+    reconciler.reconcile(sandbox, "sandbox")
+    assert kube.take()[:2] == [("POST", pods), ("GET", f"{pods}/{pod_name(sandbox)}")]
+    reported = cache.get("team-a", "demo")
+    assert reported is not None
+    assert metrics.ready_of(reported.conditions)[0] == "False"
+
+
+def test_a_pending_pod_is_looked_at_again_later_not_on_a_timer() -> None:
+    kube = FakeKube()
+    reconciler, watched, cache = _operator(kube)
+    _watch_everything(watched)
+    sandbox = cache.upsert(sandbox_body())
+    assert sandbox is not None
+    pod = {
+        "metadata": {
+            "name": pod_name(sandbox),
+            "namespace": "team-a",
+            "uid": "p1",
+            "creationTimestamp": (NOW - timedelta(seconds=1)).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "ownerReferences": [{"uid": SANDBOX_UID, "controller": True}],
+        },
+        "status": {"phase": "Pending"},
+    }
+    watched.pod_seen(pod)
+    reconciler.reconcile(sandbox, "pod")
+    assert len(reconciler.requeue) == 1
+    pod["status"] = {"phase": "Running"}
+    watched.pod_seen(pod)
+    reconciler.reconcile(sandbox, "pod")
+    assert len(reconciler.requeue) == 0
+
+
+def test_a_failed_reconcile_is_retried_by_the_loop() -> None:
+    kube = FakeKube()
+    reconciler, watched, cache = _operator(kube)
+    _watch_everything(watched)
+    kube.errors[("POST", "/api/v1/namespaces/team-a/pods")] = 500
+    sandbox = cache.upsert(sandbox_body())
+    assert sandbox is not None
+    with pytest.raises(ApiError):
+        reconciler.reconcile(sandbox, "sandbox")
+    assert len(reconciler.requeue) == 1
+
+
+# --------------------------------------------------------------------------- reaper loop
+
+
+def test_the_loop_resyncs_unready_sandboxes_only_when_asked_or_after_the_safety_interval() -> None:
+    kube = FakeKube()
+    reconciler, watched, cache = _operator(kube)
+    watched.namespace_seen("team-a", {**OPTED_IN, **PSA})
+    watched.runtime_class_gone("gvisor")
+    sandbox = cache.upsert(sandbox_body())
+    assert sandbox is not None
+    moment = [NOW]
+    reaper = Reaper(
+        kube,  # type: ignore[arg-type]
+        cache,
+        ProfileStore(),
+        reconciler,
+        events=None,  # type: ignore[arg-type]
+        lease=None,  # type: ignore[arg-type]
+        resync_seconds=300,
+        clock=lambda: moment[0],
+    )
+    before = metrics.RECONCILES.labels("resync")._value.get()
+    moment[0] = NOW + timedelta(seconds=60)
+    reaper._maybe_resync()
+    assert metrics.RECONCILES.labels("resync")._value.get() == before
+    reaper.request_resync()
+    reaper._maybe_resync()
+    assert metrics.RECONCILES.labels("resync")._value.get() == before + 1
+    moment[0] = NOW + timedelta(seconds=361)  # 300 s after the last full pass
+    reaper._maybe_resync()
+    assert metrics.RECONCILES.labels("resync")._value.get() == before + 2
+
+
+# --------------------------------------------------------------------------- pure parts
+
+
+def test_sandboxes_are_counted_by_ready_status_and_reason() -> None:
+    ready = {"conditions": [{"type": "Ready", "status": "True", "reason": "Ready"}]}
+    down = {"conditions": [{"type": "Ready", "status": "False", "reason": "RuntimeUnavailable"}]}
+    sandboxes = [
+        parse_sandbox(sandbox_body(name="a", status=ready)),
+        parse_sandbox(sandbox_body(name="b", status=ready)),
+        parse_sandbox(sandbox_body(name="c", status=down)),
+        parse_sandbox(sandbox_body(name="d")),
+    ]
+    assert metrics.count_by_ready(sandboxes) == {
+        ("True", "Ready"): 2,
+        ("False", "RuntimeUnavailable"): 1,
+        ("Unknown", "Pending"): 1,
+    }
+
+
+def test_the_gauge_drops_to_zero_for_a_reason_no_sandbox_has_any_more() -> None:
+    down = {"conditions": [{"type": "Ready", "status": "False", "reason": "PodFailed"}]}
+    metrics.set_sandboxes([parse_sandbox(sandbox_body(status=down))])
+    assert metrics.SANDBOXES.labels("False", "PodFailed")._value.get() == 1
+    metrics.set_sandboxes([])
+    assert metrics.SANDBOXES.labels("False", "PodFailed")._value.get() == 0
+
+
+def test_the_sandbox_cache_keeps_only_openblox_annotations() -> None:
+    cache = SandboxCache()
+    body = sandbox_body(
+        annotations={
+            "kubectl.kubernetes.io/last-applied-configuration": "x" * 4000,
+            "openblox.sh/last-activity": "2025-01-02T03:04:05Z",
+        }
+    )
+    body["metadata"]["managedFields"] = [{"manager": "kubectl"}]
+    sandbox = cache.upsert(body)
+    assert sandbox is not None
+    assert dict(sandbox.annotations) == {"openblox.sh/last-activity": "2025-01-02T03:04:05Z"}
+
+
+def test_a_refresh_never_brings_back_a_deleted_sandbox() -> None:
+    cache = SandboxCache()
+    sandbox = parse_sandbox(sandbox_body())
+    cache.refresh(sandbox)
+    assert len(cache) == 0
+    cache.upsert(sandbox)
+    cache.refresh(parse_sandbox(sandbox_body(status={"observedGeneration": 1})))
+    kept = cache.get("team-a", "demo")
+    assert kept is not None and kept.status == {"observedGeneration": 1}
+
+
+def test_a_slim_pod_keeps_what_the_reconcile_and_the_denials_read() -> None:
+    pod = {
+        "metadata": {
+            "name": "p",
+            "namespace": "n",
+            "uid": "u",
+            "creationTimestamp": "2025-01-02T03:04:05Z",
+            "annotations": {"openblox.sh/profile-digest": "d", "other": "x" * 100},
+            "ownerReferences": [{"uid": "s", "controller": True, "kind": "Sandbox"}],
+            "managedFields": [{"manager": "openblox"}],
+        },
+        "spec": {
+            "nodeName": "vm",
+            "activeDeadlineSeconds": 60,
+            "containers": [{"name": "sandbox", "image": "i", "resources": {"limits": {"a": 1}}}],
+            "volumes": [{"name": "tmp"}],
+        },
+        "status": {"phase": "Running"},
+    }
+    assert slim_pod(pod) == {
+        "metadata": {
+            "name": "p",
+            "namespace": "n",
+            "uid": "u",
+            "creationTimestamp": "2025-01-02T03:04:05Z",
+            "annotations": {"openblox.sh/profile-digest": "d"},
+            "ownerReferences": [{"uid": "s", "controller": True}],
+        },
+        "spec": {
+            "nodeName": "vm",
+            "activeDeadlineSeconds": 60,
+            "containers": [{"name": "sandbox", "resources": {"limits": {"a": 1}}}],
+        },
+        "status": {"phase": "Running"},
+    }
+
+
+def test_a_known_absence_is_trusted_only_for_a_while() -> None:
+    moment = [0.0]
+    watched = Watched(clock=lambda: moment[0])
+    assert watched.runtime_class_exists("kata") is None
+    watched.runtime_class_gone("kata")
+    assert watched.runtime_class_exists("kata") is False
+    moment[0] = NEGATIVE_TTL_SECONDS + 1
+    assert watched.runtime_class_exists("kata") is None
+    assert watched.runtime_class_seen("kata") is True
+    assert watched.runtime_class_seen("kata") is False
+    assert watched.runtime_class_exists("kata") is True
+
+
+def test_namespace_label_changes_are_reported() -> None:
+    watched = Watched()
+    assert watched.namespace_seen("a", {"x": "1"}) is True
+    assert watched.namespace_seen("a", {"x": "1"}) is False
+    assert watched.namespace_seen("a", {"x": "2"}) is True
+
+
+def test_requeue_backs_off_and_forgets_when_settled() -> None:
+    moment = [0.0]
+    requeue = Requeue(clock=lambda: moment[0])
+    key = ("n", "s")
+    requeue.after(key, 3.0)
+    assert requeue.pop_due() == []
+    moment[0] = 3.0
+    assert requeue.pop_due() == [key]
+    requeue.after(key, 3.0)  # still waiting: 6 s this time
+    moment[0] = 8.0
+    assert requeue.pop_due() == []
+    moment[0] = 9.0
+    assert requeue.pop_due() == [key]
+    for _ in range(10):
+        requeue.after(key, 3.0)
+        requeue.pop_due()
+    requeue.after(key, 3.0)
+    moment[0] += MAX_DELAY_SECONDS
+    assert requeue.pop_due() == [key]
+    requeue.after(key, 3.0)
+    requeue.settled(key)
+    assert len(requeue) == 0
+
+
+def test_a_held_lease_is_renewed_every_third_of_its_duration_not_every_pass() -> None:
+    kube = FakeKube()
+    moment = [NOW]
+    lease = Lease(kube, "openblox-reaper", "me", 15, clock=lambda: moment[0])  # type: ignore[arg-type]
+    assert lease.try_hold()
+    assert [m for m, _ in kube.take()] == ["GET", "POST"]
+    moment[0] = NOW + timedelta(seconds=4)
+    assert lease.try_hold()
+    assert kube.take() == []
+    moment[0] = NOW + timedelta(seconds=6)
+    assert lease.try_hold()
+    assert [m for m, _ in kube.take()] == ["GET", "PUT"]
+
+
+def test_lease_held_by_another_live_holder_is_not_taken() -> None:
+    kube = FakeKube()
+    target = path(
+        group="coordination.k8s.io",
+        plural="leases",
+        namespace="openblox-system",
+        name="openblox-reaper",
+    )
+    kube.objects[target] = {
+        "metadata": {"name": "openblox-reaper", "resourceVersion": "1"},
+        "spec": {
+            "holderIdentity": "other",
+            "leaseDurationSeconds": 15,
+            "renewTime": NOW.strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
+        },
+    }
+    lease = Lease(kube, "openblox-reaper", "me", 15, clock=lambda: NOW)  # type: ignore[arg-type]
+    assert not lease.try_hold()
+    assert not lease.try_hold()
+    assert len(kube.take()) == 2  # not held: asked each time
+
+
+def test_paths() -> None:
+    assert path(plural="namespaces", name="a") == "/api/v1/namespaces/a"
+    assert path(
+        group="openblox.sh", version="v1alpha1", plural="sandboxes", namespace="n", name="s"
+    ) + "/status" == path(
+        group="openblox.sh",
+        version="v1alpha1",
+        plural="sandboxes",
+        namespace="n",
+        name="s",
+        subresource="status",
+    )
