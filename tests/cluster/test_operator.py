@@ -482,7 +482,7 @@ def test_metrics_count_sandboxes_by_ready_condition(operator: Kube, sandboxes_ns
     assert (_sample(text, "openblox_sandbox_create_to_ready_seconds_count") or 0) >= 1
     assert (_sample(text, "openblox_reconciles_total", trigger="sandbox") or 0) >= 1
     assert _sample(text, "openblox_reconcile_errors_total") is not None
-    assert "# TYPE openblox_sandboxes_reaped counter" in text
+    assert "# TYPE openblox_sandboxes_reaped_total counter" in text
 
 
 def test_a_deleted_network_policy_is_made_again(operator: Kube, sandboxes_ns: str) -> None:
