@@ -421,7 +421,7 @@ def test_the_proxy_runs_unprivileged_and_can_only_read_and_exec(
         return result.stdout.strip() == "yes"
 
     assert can("get", "sandboxes.openblox.sh", "-n", "default")
-    assert can("create", "pods/exec", "-n", "default")
+    assert can("create", "pods", "--subresource=exec", "-n", "default")
     for forbidden in (
         ("list", "pods", "-n", "default"),
         ("create", "pods", "-n", "default"),
