@@ -21,7 +21,7 @@ help:
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
 	$(VENV)/bin/pip install -q --upgrade pip
-	$(VENV)/bin/pip install -q -e '.[dev]'
+	$(VENV)/bin/pip install -q -e '.[dev,bench]'
 	touch $@
 
 venv: $(VENV)/.installed
@@ -43,6 +43,7 @@ lint: venv
 
 unit: venv
 	$(PYTEST) tests/unit -q
+	cd cluster/nri && go vet ./... && go test ./...
 
 cluster-tests: install
 	$(PYTEST) tests/cluster -q

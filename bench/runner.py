@@ -18,6 +18,7 @@ from typing import Any
 from bench import env, report
 from bench.results import Run, Section
 from bench.sections import (
+    client_library,
     cluster_up,
     create,
     exec_latency,
@@ -34,6 +35,7 @@ SECTIONS: dict[str, ModuleType] = {
     "syscalls": syscalls,
     "create": create,
     "exec": exec_latency,
+    "client-library": client_library,
     "files": files,
     "preview": preview,
     "jobs": jobs,
