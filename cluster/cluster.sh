@@ -147,6 +147,8 @@ link_binaries() {
   # gVisor built from the Go module proxy (runsc, systrap platform, and its containerd
   # shim). Debian's 2022 runsc has no shim and, run through the runc shim, containers
   # cannot be stopped; see docs/runtimes.md.
+  mkdir -p "$STATE/nri/plugins" "$STATE/nri/conf.d"
+  ln -sfn "$("$here/build.sh" nri-path)" "$STATE/nri/plugins/10-openblox"
   local gvisor=$CACHE/gvisor-$GVISOR_VERSION
   ln -sfn "$gvisor/runsc" "$BIN/runsc"
   ln -sfn "$gvisor/containerd-shim-runsc-v1" "$BIN/containerd-shim-runsc-v1"
@@ -154,6 +156,19 @@ link_binaries() {
 
 
 # Rewriting an unchanged file would make a running containerd reload its CNI config.
+# What containerd read at start: its configuration and the NRI plugin it launched.
+node_config_digest() {
+  { cat "$STATE/config/containerd.toml"; readlink -f "$STATE/nri/plugins/10-openblox"; } |
+    sha256sum | cut -d' ' -f1
+}
+
+start_containerd() {
+  # containerd finds runtime shims on its PATH.
+  start containerd env PATH="$BIN:$PATH" "$BIN/containerd" --config "$STATE/config/containerd.toml"
+  wait_for containerd 30 "$BIN/crictl" --runtime-endpoint "unix://$CONTAINERD_SOCK" info
+  node_config_digest >"$STATE/run/containerd.config"
+}
+
 write_if_changed() {
   local content; content=$(cat)
   [[ -f $1 && $(cat "$1") == "$content" ]] || printf '%s\n' "$content" >"$1"
@@ -190,6 +205,14 @@ state = "$RUN/containerd"
   [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = "/usr/lib/cni"
     conf_dir = "$conf/cni"
+# NRI, for openblox's plugin only (cluster/nri: noexec scratch, a sized /dev/shm). It is
+# started by containerd from plugin_path; no other plugin may connect.
+[plugins."io.containerd.nri.v1.nri"]
+  disable = false
+  disable_connections = true
+  plugin_path = "$STATE/nri/plugins"
+  plugin_config_path = "$STATE/nri/conf.d"
+  socket_path = "$RUN/nri.sock"
 EOF
   write_if_changed "$conf/runsc.toml" <<EOF
 binary_name = "$BIN/runsc"
@@ -339,6 +362,14 @@ cmd_up() {
   local all=1 name
   for name in "${COMPONENTS[@]}"; do running "$name" || all=0; done
   if ((all)) && kubectl_admin get --raw /readyz >/dev/null 2>&1; then
+    link_binaries
+    write_configs "$(default_ip)"
+    if [[ $(node_config_digest) != "$(cat "$STATE/run/containerd.config" 2>/dev/null)" ]]; then
+      # Running shims and their containers outlive containerd; the kubelet reconnects.
+      log "containerd's configuration or NRI plugin changed: restarting containerd"
+      stop containerd
+      start_containerd
+    fi
     log "already running; nothing to do"
     cmd_env
     return
@@ -358,9 +389,7 @@ cmd_up() {
     net.bridge.bridge-nf-call-ip6tables=1
   local pki=$STATE/pki
 
-  # containerd finds runtime shims on its PATH.
-  start containerd env PATH="$BIN:$PATH" "$BIN/containerd" --config "$STATE/config/containerd.toml"
-  wait_for containerd 30 "$BIN/crictl" --runtime-endpoint "unix://$CONTAINERD_SOCK" info
+  start_containerd
 
   start etcd "$BIN/etcd" --name openblox --data-dir "$STATE/etcd" \
     --listen-client-urls https://127.0.0.1:2379 --advertise-client-urls https://127.0.0.1:2379 \

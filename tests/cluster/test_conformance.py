@@ -32,16 +32,8 @@ REPO = Path(__file__).resolve().parents[2]
 
 # What code-exec does not (yet) deliver, and why. Each is a claim of the design that the
 # suite shows is not enforced today; fixing one makes its test fail here on purpose.
-KNOWN_GAPS: dict[str, str] = {
-    "FS-003": (
-        "Kubernetes has no way to mount an emptyDir noexec, and runsc refuses a noexec "
-        "mount hint unless the container's own mount is noexec too"
-    ),
-    "FS-004": (
-        "/dev/shm is gVisor's own tmpfs, sized from the node's memory; runsc mounts it "
-        "even over a size-limited emptyDir at /dev/shm (tried)"
-    ),
-}
+# Properties code-exec fails on the embedded node, with why; empty while it passes all.
+KNOWN_GAPS: dict[str, str] = {}
 
 # What a plain runc pod loses: these must fail for it (that table is the point).
 BARE_RUNC_FAILS = {

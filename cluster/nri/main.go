@@ -1,0 +1,107 @@
+// openblox-nri: a containerd NRI plugin that gives a sandbox container the mount options
+// a pod spec cannot ask for.
+//
+// Kubernetes mounts emptyDirs without noexec and has no field for it, and gVisor turns
+// the /dev/shm that containerd provides into a tmpfs sized from the node's memory. For
+// the container named "sandbox" in a pod labelled openblox.sh/sandbox, this plugin:
+//   - adds noexec, nosuid and nodev to the /tmp, /workspace and /run/openblox mounts;
+//   - replaces /dev/shm with a tmpfs of at most 64 MiB (no larger than /tmp), noexec,
+//     nosuid and nodev, which runsc mounts inside the Sentry with that size.
+//
+// containerd starts it from its NRI plugin_path at start-up. It changes only the options
+// of mounts the pod spec already has; it adds no host path and no device.
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"slices"
+	"strconv"
+
+	"github.com/containerd/nri/pkg/api"
+	"github.com/containerd/nri/pkg/stub"
+	"golang.org/x/sys/unix"
+)
+
+const (
+	sandboxLabel  = "openblox.sh/sandbox"
+	containerName = "sandbox"
+	shmMaxBytes   = 64 << 20
+)
+
+var scratchMounts = []string{"/tmp", "/workspace", "/run/openblox"}
+
+type plugin struct{}
+
+func (plugin) CreateContainer(
+	_ context.Context, pod *api.PodSandbox, ctr *api.Container,
+) (*api.ContainerAdjustment, []*api.ContainerUpdate, error) {
+	if pod.GetLabels()[sandboxLabel] == "" || ctr.GetName() != containerName {
+		return nil, nil, nil
+	}
+	return adjustments(ctr.GetMounts()), nil, nil
+}
+
+func adjustments(mounts []*api.Mount) *api.ContainerAdjustment {
+	adjust := &api.ContainerAdjustment{}
+	shmBytes := int64(shmMaxBytes)
+	for _, m := range mounts {
+		if !slices.Contains(scratchMounts, m.Destination) {
+			continue
+		}
+		adjust.AddMount(&api.Mount{
+			Destination: m.Destination,
+			Type:        m.Type,
+			Source:      m.Source,
+			Options:     withOptions(m.Options, "noexec", "nosuid", "nodev"),
+		})
+		if m.Destination == "/tmp" {
+			if size := tmpfsSize(m.Source); size > 0 && size < shmBytes {
+				shmBytes = size
+			}
+		}
+	}
+	adjust.AddMount(&api.Mount{
+		Destination: "/dev/shm",
+		Type:        "tmpfs",
+		Source:      "shm",
+		Options: []string{
+			"rw", "nosuid", "nodev", "noexec", "mode=1777",
+			"size=" + strconv.FormatInt(shmBytes, 10),
+		},
+	})
+	return adjust
+}
+
+func withOptions(options []string, added ...string) []string {
+	result := slices.Clone(options)
+	for _, option := range added {
+		if !slices.Contains(result, option) {
+			result = append(result, option)
+		}
+	}
+	return result
+}
+
+// tmpfsSize is the size of the host tmpfs behind a memory-backed emptyDir (the kubelet
+// mounts it with the volume's sizeLimit), or 0 if it cannot be read.
+func tmpfsSize(path string) int64 {
+	var fs unix.Statfs_t
+	if path == "" || unix.Statfs(path, &fs) != nil || fs.Type != unix.TMPFS_MAGIC {
+		return 0
+	}
+	return int64(fs.Blocks) * fs.Bsize
+}
+
+func main() {
+	s, err := stub.New(plugin{}, stub.WithOnClose(func() { os.Exit(0) }))
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "openblox-nri: %v\n", err)
+		os.Exit(1)
+	}
+	if err := s.Run(context.Background()); err != nil {
+		fmt.Fprintf(os.Stderr, "openblox-nri: %v\n", err)
+		os.Exit(1)
+	}
+}
