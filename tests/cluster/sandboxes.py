@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import secrets
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -27,6 +28,18 @@ def sandbox(name: str, namespace: str, profile: str = "code-exec", **spec: Any) 
 
 def opt_in(kube: Kube, namespace: str) -> None:
     kube.kubectl("label", "namespace", namespace, "openblox.sh/sandboxes=enabled", "--overwrite")
+
+
+@contextmanager
+def opted_in_namespace(kube: Kube, prefix: str) -> Iterator[str]:
+    """A fresh namespace that may hold sandboxes, deleted (without waiting) afterwards."""
+    name = f"{prefix}-{secrets.token_hex(3)}"
+    kube.kubectl("create", "namespace", name)
+    opt_in(kube, name)
+    try:
+        yield name
+    finally:
+        kube.kubectl("delete", "namespace", name, "--wait=false", check=False)
 
 
 def ready_condition(body: dict[str, Any]) -> dict[str, Any]:

@@ -23,18 +23,15 @@ from openblox.client import (
     SandboxNotReady,
 )
 from tests.cluster.kube import Kube
-from tests.cluster.sandboxes import opt_in
+from tests.cluster.sandboxes import opted_in_namespace
 
 pytestmark = pytest.mark.cluster
 
 
 @pytest.fixture(scope="module")
 def client_ns(operator: Kube) -> Iterator[str]:
-    name = f"t-client-{int(time.time())}"
-    operator.kubectl("create", "namespace", name)
-    opt_in(operator, name)
-    yield name
-    operator.kubectl("delete", "namespace", name, "--wait=false", check=False)
+    with opted_in_namespace(operator, "t-client") as name:
+        yield name
 
 
 @pytest.fixture(scope="module")

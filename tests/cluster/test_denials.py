@@ -25,7 +25,7 @@ from kubernetes import watch
 from openblox.client import AdmissionDenied, Client, Sandbox, SandboxGone
 from openblox.denials import CATEGORIES, SCHEMA
 from tests.cluster.kube import Kube
-from tests.cluster.sandboxes import opt_in
+from tests.cluster.sandboxes import opted_in_namespace
 
 pytestmark = pytest.mark.cluster
 
@@ -65,11 +65,8 @@ def load_corpus() -> list[dict[str, Any]]:
 
 @pytest.fixture(scope="module")
 def denial_ns(operator: Kube) -> Iterator[str]:
-    name = f"t-denials-{int(time.time())}"
-    operator.kubectl("create", "namespace", name)
-    opt_in(operator, name)
-    yield name
-    operator.kubectl("delete", "namespace", name, "--wait=false", check=False)
+    with opted_in_namespace(operator, "t-denials") as name:
+        yield name
 
 
 @pytest.fixture(scope="module")

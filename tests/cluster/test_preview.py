@@ -23,7 +23,7 @@ from openblox.client import Client, Sandbox
 from openblox.client.preview import read_key_ring
 from openblox.preview.tokens import Grant, sign
 from tests.cluster.kube import Kube
-from tests.cluster.sandboxes import opt_in, wait_for
+from tests.cluster.sandboxes import opted_in_namespace, wait_for
 
 pytestmark = pytest.mark.cluster
 
@@ -119,11 +119,8 @@ LAUNCH = (
 
 @pytest.fixture(scope="module")
 def preview_ns(operator: Kube) -> Iterator[str]:
-    name = f"t-preview-{secrets.token_hex(3)}"
-    operator.kubectl("create", "namespace", name)
-    opt_in(operator, name)
-    yield name
-    operator.kubectl("delete", "namespace", name, "--wait=false", check=False)
+    with opted_in_namespace(operator, "t-preview") as name:
+        yield name
 
 
 @pytest.fixture(scope="module")
