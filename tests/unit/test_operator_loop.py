@@ -451,3 +451,25 @@ def test_paths() -> None:
         name="s",
         subresource="status",
     )
+
+
+def test_a_namespace_being_deleted_is_not_an_error_to_retry() -> None:
+    kube = FakeKube()
+    reconciler, watched, cache = _operator(kube)
+    _watch_everything(watched)
+    kube.errors[("POST", "/api/v1/namespaces/team-a/pods")] = 403
+    sandbox = cache.upsert(sandbox_body())
+    assert sandbox is not None
+    errors = metrics.RECONCILE_ERRORS._value.get()
+    original = kube._answer
+
+    def terminating(method: str, target: str, body: Any = None) -> dict[str, Any]:
+        try:
+            return original(method, target, body)
+        except ApiError as error:
+            raise ApiError(error.status, "Forbidden", '{"reason":"NamespaceTerminating"}') from None
+
+    kube._answer = terminating  # type: ignore[method-assign]
+    reconciler.reconcile(sandbox, "sandbox")
+    assert metrics.RECONCILE_ERRORS._value.get() == errors
+    assert len(reconciler.requeue) == 0

@@ -207,7 +207,12 @@ class Kube:
                 connection.request(method, target, body=payload, headers=headers)
                 response = connection.getresponse()
                 data = response.read()
-            except (http.client.RemoteDisconnected, ConnectionError, http.client.BadStatusLine):
+            except (
+                http.client.RemoteDisconnected,
+                http.client.BadStatusLine,
+                ConnectionError,
+                ssl.SSLEOFError,
+            ):
                 # The server closed an idle keep-alive connection: open a new one, once.
                 connection.close()
                 self._local.conn = None
@@ -307,3 +312,8 @@ def is_not_found(error: BaseException) -> bool:
 
 def is_conflict(error: BaseException) -> bool:
     return status_of(error) == 409
+
+
+def is_namespace_terminating(error: BaseException) -> bool:
+    """A 403 for creating something in a namespace that is being deleted."""
+    return status_of(error) == 403 and "NamespaceTerminating" in getattr(error, "body", "")

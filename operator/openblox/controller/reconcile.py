@@ -28,7 +28,14 @@ from openblox.builders.status import build_status, status_patch
 from openblox.controller import metrics
 from openblox.controller.boundary import probe_boundary
 from openblox.controller.events import EventRecorder
-from openblox.controller.kube import STRATEGIC_MERGE_PATCH, Kube, is_conflict, is_not_found, path
+from openblox.controller.kube import (
+    STRATEGIC_MERGE_PATCH,
+    Kube,
+    is_conflict,
+    is_namespace_terminating,
+    is_not_found,
+    path,
+)
 from openblox.controller.profile_store import ProfileStore
 from openblox.controller.requeue import Requeue
 from openblox.controller.sandbox_cache import SandboxCache
@@ -119,7 +126,11 @@ class Reconciler:
         with self._lock_for(sandbox.uid):
             try:
                 self._reconcile(sandbox)
-            except Exception:
+            except Exception as error:
+                if is_namespace_terminating(error):
+                    # Its Sandboxes go with the namespace: nothing to make, nothing to retry.
+                    log.debug("namespace %s is being deleted", sandbox.namespace)
+                    return
                 metrics.RECONCILE_ERRORS.inc()
                 # Nothing else may come to retry it (no event, no short resync): back off.
                 self.requeue.after((sandbox.namespace, sandbox.name), ERROR_RETRY_SECONDS)
