@@ -4,17 +4,24 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
+import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
+import yaml
 
 from openblox.client import (
     AdmissionDenied,
     AsyncClient,
     Client,
+    ExecTransportError,
     FileOperationError,
     InvalidArgument,
     ProcessNotFound,
@@ -23,7 +30,13 @@ from openblox.client import (
     SandboxNotReady,
 )
 from tests.cluster.kube import Kube
-from tests.cluster.sandboxes import opted_in_namespace
+from tests.cluster.sandboxes import (
+    admission_has,
+    extra_profiles,
+    opted_in_namespace,
+    profile_yaml,
+    wait_for,
+)
 
 pytestmark = pytest.mark.cluster
 
@@ -361,3 +374,93 @@ def test_command_line_background_commands(operator: Kube, client_ns: str, box: S
         time.sleep(0.2)
     assert cli("logs", box.name, "cli-bg") == "hello\n"
     assert "stopped" in cli("stop", box.name, "cli-bg", "--grace", "0.5")
+
+
+class _CuttableRelay:
+    """A loopback TCP relay to the API server that can drop every connection at once: an
+    API server (or load balancer) hiccup, as the client sees it. TLS passes through."""
+
+    def __init__(self, target: tuple[str, int]) -> None:
+        self._target = target
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self._listener.getsockname()[1]
+        self._open: list[socket.socket] = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                inbound, _ = self._listener.accept()
+            except OSError:
+                return
+            outbound = socket.create_connection(self._target)
+            self._open += [inbound, outbound]
+            for source, sink in ((inbound, outbound), (outbound, inbound)):
+                threading.Thread(target=self._pipe, args=(source, sink), daemon=True).start()
+
+    @staticmethod
+    def _pipe(source: socket.socket, sink: socket.socket) -> None:
+        with contextlib.suppress(OSError):
+            while data := source.recv(65536):
+                sink.sendall(data)
+
+    def cut(self) -> None:
+        # shutdown, not only close: a close does not wake the thread blocked in accept(),
+        # and the socket would go on accepting.
+        with contextlib.suppress(OSError):
+            self._listener.shutdown(socket.SHUT_RDWR)
+        self._listener.close()
+        for connection in self._open:
+            with contextlib.suppress(OSError):
+                connection.shutdown(socket.SHUT_RDWR)
+                connection.close()
+
+
+def test_an_api_server_hiccup_mid_exec_is_a_typed_error_never_a_result(
+    operator: Kube, client_ns: str, box: Sandbox, tmp_path: Path
+) -> None:
+    config = yaml.safe_load(Path(operator.kubeconfig).read_text())
+    server = urlsplit(config["clusters"][0]["cluster"]["server"])
+    relay = _CuttableRelay((server.hostname or "127.0.0.1", server.port or 443))
+    config["clusters"][0]["cluster"]["server"] = f"https://{server.hostname}:{relay.port}"
+    kubeconfig = tmp_path / "through-relay.kubeconfig"
+    kubeconfig.write_text(yaml.safe_dump(config))
+    sandbox = Client(client_ns, kubeconfig=str(kubeconfig)).get(box.name)
+    chunks = iter(sandbox.stream(["sh", "-c", "echo start; sleep 3; echo end"]))
+    assert next(chunks).data == b"start\n"
+    relay.cut()
+    with pytest.raises(ExecTransportError, match=r"cannot be reached|broke"):
+        list(chunks)
+    # The sandbox itself is fine, through the API server directly.
+    assert box.exec(["echo", "still here"]).stdout == b"still here\n"
+
+
+SMALL = profile_yaml(resources={"cpu": "100m", "memory": "128Mi", "scratch": "16Mi"})
+
+
+def test_fifty_concurrent_execs_across_ten_sandboxes_return_their_own_output(
+    operator: Kube, client: Client
+) -> None:
+    with extra_profiles(operator, {"test-small": SMALL}):
+        wait_for("admission params", lambda: admission_has(operator, "test-small"), 30)
+        with concurrent.futures.ThreadPoolExecutor(10) as pool:
+            sandboxes = list(
+                pool.map(lambda i: client.create("test-small", f"many-{i}", timeout=300), range(10))
+            )
+        try:
+
+            def run(job: tuple[Sandbox, int]) -> tuple[bytes, bytes]:
+                sandbox, index = job
+                token = f"{sandbox.name}/{index}"
+                result = sandbox.exec(
+                    ["sh", "-c", 'printf "%s " "$1"; cat /etc/hostname', "sh", token]
+                )
+                return result.stdout, f"{token} {sandbox.pod}\n".encode()
+
+            jobs = [(sandbox, index) for sandbox in sandboxes for index in range(5)]
+            with concurrent.futures.ThreadPoolExecutor(50) as pool:
+                outcomes = list(pool.map(run, jobs))
+            assert [got for got, _ in outcomes] == [expected for _, expected in outcomes]
+        finally:
+            for sandbox in sandboxes:
+                sandbox.delete()

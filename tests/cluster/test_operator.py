@@ -198,6 +198,20 @@ def test_nobody_but_the_operator_makes_sandbox_pods(operator: Kube, sandboxes_ns
     assert "managed by the openblox operator only" in result.stderr
 
 
+def test_the_scheduler_may_preempt_a_sandbox_pod_but_an_admin_may_not_delete_it(
+    operator: Kube, sandboxes_ns: str
+) -> None:
+    """The operator's PriorityClass only helps if the scheduler's preemption gets through."""
+    operator.apply(sandbox("victim", sandboxes_ns))
+    wait_reason(operator, "victim", sandboxes_ns, "Ready")
+    dry_run = ("delete", "pod", "victim", "-n", sandboxes_ns, "--dry-run=server")
+    refused = operator.kubectl(*dry_run, check=False)
+    assert refused.returncode != 0
+    assert "managed by the openblox operator only" in refused.stderr
+    operator.kubectl(*dry_run, "--as=system:kube-scheduler")
+    assert "deletionTimestamp" not in operator.get("pod", "victim", sandboxes_ns)["metadata"]
+
+
 def test_broken_profiles_are_refused_and_nothing_is_lost(operator: Kube, sandboxes_ns: str) -> None:
     good = operator.get("configmap", "openblox-profiles", "openblox-system")["data"]["code-exec"]
     garbage = {

@@ -20,6 +20,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, NoReturn
 
+import urllib3
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 from kubernetes import watch
@@ -574,7 +575,15 @@ class Sandbox:
         """
         deadline = time.monotonic() + POD_END_WAIT_SECONDS
         while True:
-            pod = self._client._read_pod(self.namespace, self.pod)
+            try:
+                pod = self._client._read_pod(self.namespace, self.pod)
+            except (urllib3.exceptions.HTTPError, OSError) as error:
+                # The API server is unreachable as well: the stream broke, and there is
+                # no telling what the command did. Never a result made of half the output.
+                raise ExecTransportError(
+                    "the exec stream broke and the API server cannot be reached to learn "
+                    f"why: {error}"
+                ) from error
             replaced = pod is None or _created_after(pod, since)
             if pod is not None and not replaced:
                 pod_status = pod.get("status") or {}
