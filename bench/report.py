@@ -111,9 +111,8 @@ def markdown(run: Run) -> str:
             [[key, value] for key, value in machine.items()],
         ),
         "",
-        "The machine was not idle: other sessions were running tests on the same cluster "
-        "during this run. Each section records the 1/5/15-minute load averages (`uptime`) "
-        "before and after it; read figures from sections with high load with that in mind.",
+        "Each section records the 1/5/15-minute load averages (`uptime`) before and after "
+        "it; read figures from sections with high load with that in mind.",
         "",
     ]
     if run.notes:
