@@ -1,6 +1,6 @@
 """The caller's side: create sandboxes from profiles and run code in them."""
 
-from openblox.client.async_client import AsyncClient, AsyncSandbox
+from openblox.client.async_client import AsyncClient, AsyncExecStream, AsyncSandbox
 from openblox.client.errors import (
     AdmissionDenied,
     ExecTransportError,
@@ -20,6 +20,7 @@ from openblox.client.sync import Client, Sandbox
 __all__ = [
     "AdmissionDenied",
     "AsyncClient",
+    "AsyncExecStream",
     "AsyncSandbox",
     "Client",
     "ExecResult",

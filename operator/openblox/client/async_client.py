@@ -7,12 +7,44 @@ caller's event loop never waits on the network.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping, Sequence
+import builtins
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from typing import Any
 
 from openblox.client.processes import LOG_BYTES, Process
 from openblox.client.results import ExecResult
+from openblox.client.supervised import ExecStream, OutputChunk
 from openblox.client.sync import DEFAULT_READ_LIMIT, Client, Files, Sandbox
+
+
+class AsyncExecStream:
+    """`Sandbox.stream` for asyncio callers: `async for chunk in stream`, then `.result`."""
+
+    def __init__(self, stream: ExecStream) -> None:
+        self._stream = stream
+        self._chunks: Iterator[OutputChunk] | None = None
+
+    def __aiter__(self) -> AsyncExecStream:
+        return self
+
+    async def __anext__(self) -> OutputChunk:
+        if self._chunks is None:
+            self._chunks = iter(self._stream)
+        # Each wait for output happens in a worker thread; the event loop stays free.
+        chunk = await asyncio.to_thread(next, self._chunks, None)
+        if chunk is None:
+            raise StopAsyncIteration
+        return chunk
+
+    async def __aenter__(self) -> AsyncExecStream:
+        return self
+
+    async def __aexit__(self, *_: object) -> None:
+        await asyncio.to_thread(self._stream.__exit__, None, None, None)
+
+    @property
+    def result(self) -> ExecResult:
+        return self._stream.result
 
 
 class AsyncFiles:
@@ -33,6 +65,10 @@ class AsyncFiles:
     async def remove(self, path: str) -> None:
         await asyncio.to_thread(self._files.remove, path)
 
+    async def __aiter__(self) -> AsyncIterator[dict[str, Any]]:
+        for entry in await self.list():
+            yield entry
+
 
 class AsyncSandbox:
     def __init__(self, sandbox: Sandbox) -> None:
@@ -45,6 +81,17 @@ class AsyncSandbox:
     @property
     def status(self) -> Mapping[str, Any]:
         return self._sandbox.status
+
+    @property
+    def pod(self) -> str:
+        return self._sandbox.pod
+
+    async def refresh(self) -> AsyncSandbox:
+        await asyncio.to_thread(self._sandbox.refresh)
+        return self
+
+    def preview_url(self, port: int, *, ttl: float = 3600, base_url: str | None = None) -> str:
+        return self._sandbox.preview_url(port, ttl=ttl, base_url=base_url)
 
     async def __aenter__(self) -> AsyncSandbox:
         return self
@@ -60,10 +107,38 @@ class AsyncSandbox:
         env: Mapping[str, str] | None = None,
         cwd: str | None = None,
         timeout: float | None = None,
+        output_limit: int | None = None,
     ) -> ExecResult:
         return await asyncio.to_thread(
-            self._sandbox.exec, argv, stdin=stdin, env=env, cwd=cwd, timeout=timeout
+            self._sandbox.exec,
+            argv,
+            stdin=stdin,
+            env=env,
+            cwd=cwd,
+            timeout=timeout,
+            output_limit=output_limit,
         )
+
+    async def stream(
+        self,
+        argv: Sequence[str],
+        *,
+        stdin: bytes | str | None = None,
+        env: Mapping[str, str] | None = None,
+        cwd: str | None = None,
+        timeout: float | None = None,
+        output_limit: int | None = None,
+    ) -> AsyncExecStream:
+        stream = await asyncio.to_thread(
+            self._sandbox.stream,
+            argv,
+            stdin=stdin,
+            env=env,
+            cwd=cwd,
+            timeout=timeout,
+            output_limit=output_limit,
+        )
+        return AsyncExecStream(stream)
 
     async def write_file(self, path: str, data: bytes | str, mode: int = 0o644) -> None:
         await self.files.write(path, data, mode)
@@ -95,20 +170,45 @@ class AsyncSandbox:
 
 
 class AsyncClient:
-    def __init__(self, namespace: str | None = None, **kwargs: Any) -> None:
-        self._client = Client(namespace, **kwargs)
+    def __init__(
+        self,
+        namespace: str | None = None,
+        *,
+        kubeconfig: str | None = None,
+        context: str | None = None,
+    ) -> None:
+        self._client = Client(namespace, kubeconfig=kubeconfig, context=context)
+        self.namespace = self._client.namespace
 
     async def create(
-        self, profile: str, name: str | None = None, namespace: str | None = None, **kwargs: Any
+        self,
+        profile: str,
+        name: str | None = None,
+        namespace: str | None = None,
+        *,
+        idle_timeout_seconds: int | None = None,
+        max_age_seconds: int | None = None,
+        timeout: float = 120.0,
     ) -> AsyncSandbox:
-        sandbox = await asyncio.to_thread(self._client.create, profile, name, namespace, **kwargs)
+        sandbox = await asyncio.to_thread(
+            self._client.create,
+            profile,
+            name,
+            namespace,
+            idle_timeout_seconds=idle_timeout_seconds,
+            max_age_seconds=max_age_seconds,
+            timeout=timeout,
+        )
         return AsyncSandbox(sandbox)
 
     async def get(self, name: str, namespace: str | None = None) -> AsyncSandbox:
         return AsyncSandbox(await asyncio.to_thread(self._client.get, name, namespace))
 
-    async def list(self, namespace: str | None = None) -> list[AsyncSandbox]:
+    async def list(self, namespace: str | None = None) -> builtins.list[AsyncSandbox]:
         return [AsyncSandbox(s) for s in await asyncio.to_thread(self._client.list, namespace)]
 
     async def delete(self, name: str, namespace: str | None = None) -> None:
         await asyncio.to_thread(self._client.delete, name, namespace)
+
+    async def profiles(self) -> builtins.list[str]:
+        return await asyncio.to_thread(self._client.profiles)
