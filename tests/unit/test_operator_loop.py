@@ -23,7 +23,7 @@ from openblox.controller.reconcile import Reconciler, Settings
 from openblox.controller.requeue import MAX_DELAY_SECONDS, Requeue
 from openblox.controller.sandbox_cache import SandboxCache
 from openblox.controller.watched import NEGATIVE_TTL_SECONDS, Watched, slim_pod
-from openblox.models import parse_sandbox
+from openblox.models import Sandbox, parse_sandbox
 from tests.unit.factories import DEFAULT_PROFILE_YAML, SANDBOX_UID, sandbox_body
 
 NOW = datetime(2025, 1, 2, 3, 5, 0, tzinfo=UTC)
@@ -113,12 +113,23 @@ def _watch_everything(watched: Watched) -> None:
     watched.policy_seen("team-a")
 
 
-def test_a_new_sandbox_costs_one_pod_create_and_one_status_patch() -> None:
+def _watched_operator() -> tuple[FakeKube, Reconciler, Watched, SandboxCache]:
+    """An operator whose watches have already shown the namespace, RuntimeClass and policy."""
     kube = FakeKube()
     reconciler, watched, cache = _operator(kube)
     _watch_everything(watched)
-    sandbox = cache.upsert(sandbox_body())
+    return kube, reconciler, watched, cache
+
+
+def _cached(cache: SandboxCache, name: str = "demo") -> Sandbox:
+    sandbox = cache.upsert(sandbox_body(name=name))
     assert sandbox is not None
+    return sandbox
+
+
+def test_a_new_sandbox_costs_one_pod_create_and_one_status_patch() -> None:
+    kube, reconciler, _watched, cache = _watched_operator()
+    sandbox = _cached(cache)
     reconciler.reconcile(sandbox, "sandbox")
     assert kube.take() == [
         ("POST", "/api/v1/namespaces/team-a/pods"),
@@ -127,11 +138,8 @@ def test_a_new_sandbox_costs_one_pod_create_and_one_status_patch() -> None:
 
 
 def test_a_settled_sandbox_is_reconciled_without_a_single_request() -> None:
-    kube = FakeKube()
-    reconciler, watched, cache = _operator(kube)
-    _watch_everything(watched)
-    sandbox = cache.upsert(sandbox_body())
-    assert sandbox is not None
+    kube, reconciler, watched, cache = _watched_operator()
+    sandbox = _cached(cache)
     reconciler.reconcile(sandbox, "sandbox")
     kube.take()
     # The pod watch delivers the pod; the cache holds the status just written.
@@ -149,16 +157,14 @@ def test_namespace_runtime_class_and_policy_are_read_once_when_no_watch_has_show
     kube.objects["/api/v1/namespaces/team-a"] = {"metadata": {"labels": OPTED_IN}}
     kube.objects["/apis/node.k8s.io/v1/runtimeclasses/gvisor"] = {"metadata": {}}
     reconciler, _, cache = _operator(kube)
-    sandbox = cache.upsert(sandbox_body())
-    assert sandbox is not None
+    sandbox = _cached(cache)
     reconciler.reconcile(sandbox, "sandbox")
     calls = kube.take()
     assert calls.count(("GET", "/api/v1/namespaces/team-a")) == 1
     assert ("PATCH", "/api/v1/namespaces/team-a") in calls  # PSA labels, once
     assert calls.count(("GET", "/apis/node.k8s.io/v1/runtimeclasses/gvisor")) == 1
     assert ("POST", "/apis/networking.k8s.io/v1/namespaces/team-a/networkpolicies") in calls
-    other = cache.upsert(sandbox_body(name="other"))
-    assert other is not None
+    other = _cached(cache, "other")
     reconciler.reconcile(other, "sandbox")
     assert kube.take() == [
         ("POST", "/api/v1/namespaces/team-a/pods"),
@@ -171,8 +177,7 @@ def test_a_missing_runtime_class_is_asked_about_once_then_remembered() -> None:
     reconciler, watched, cache = _operator(kube)
     watched.namespace_seen("team-a", {**OPTED_IN, **PSA})
     for index in range(5):
-        sandbox = cache.upsert(sandbox_body(name=f"s{index}"))
-        assert sandbox is not None
+        sandbox = _cached(cache, f"s{index}")
         reconciler.reconcile(sandbox, "sandbox")
     calls = kube.take()
     assert calls.count(("GET", "/apis/node.k8s.io/v1/runtimeclasses/gvisor")) == 1
@@ -183,11 +188,8 @@ def test_a_missing_runtime_class_is_asked_about_once_then_remembered() -> None:
 
 
 def test_a_pod_name_taken_by_another_owner_is_reported_not_adopted() -> None:
-    kube = FakeKube()
-    reconciler, watched, cache = _operator(kube)
-    _watch_everything(watched)
-    sandbox = cache.upsert(sandbox_body())
-    assert sandbox is not None
+    kube, reconciler, _watched, cache = _watched_operator()
+    sandbox = _cached(cache)
     pods = "/api/v1/namespaces/team-a/pods"
     kube.errors[("POST", pods)] = 409
     kube.objects[f"{pods}/{pod_name(sandbox)}"] = {
@@ -201,11 +203,8 @@ def test_a_pod_name_taken_by_another_owner_is_reported_not_adopted() -> None:
 
 
 def test_a_pending_pod_is_looked_at_again_later_not_on_a_timer() -> None:
-    kube = FakeKube()
-    reconciler, watched, cache = _operator(kube)
-    _watch_everything(watched)
-    sandbox = cache.upsert(sandbox_body())
-    assert sandbox is not None
+    _kube, reconciler, watched, cache = _watched_operator()
+    sandbox = _cached(cache)
     pod = {
         "metadata": {
             "name": pod_name(sandbox),
@@ -226,12 +225,9 @@ def test_a_pending_pod_is_looked_at_again_later_not_on_a_timer() -> None:
 
 
 def test_a_failed_reconcile_is_retried_by_the_loop() -> None:
-    kube = FakeKube()
-    reconciler, watched, cache = _operator(kube)
-    _watch_everything(watched)
+    kube, reconciler, _watched, cache = _watched_operator()
     kube.errors[("POST", "/api/v1/namespaces/team-a/pods")] = 500
-    sandbox = cache.upsert(sandbox_body())
-    assert sandbox is not None
+    sandbox = _cached(cache)
     with pytest.raises(ApiError):
         reconciler.reconcile(sandbox, "sandbox")
     assert len(reconciler.requeue) == 1
@@ -245,8 +241,7 @@ def test_the_loop_resyncs_unready_sandboxes_only_when_asked_or_after_the_safety_
     reconciler, watched, cache = _operator(kube)
     watched.namespace_seen("team-a", {**OPTED_IN, **PSA})
     watched.runtime_class_gone("gvisor")
-    sandbox = cache.upsert(sandbox_body())
-    assert sandbox is not None
+    _cached(cache)
     moment = [NOW]
     reaper = Reaper(
         kube,  # type: ignore[arg-type]
@@ -454,12 +449,9 @@ def test_paths() -> None:
 
 
 def test_a_namespace_being_deleted_is_not_an_error_to_retry() -> None:
-    kube = FakeKube()
-    reconciler, watched, cache = _operator(kube)
-    _watch_everything(watched)
+    kube, reconciler, _watched, cache = _watched_operator()
     kube.errors[("POST", "/api/v1/namespaces/team-a/pods")] = 403
-    sandbox = cache.upsert(sandbox_body())
-    assert sandbox is not None
+    sandbox = _cached(cache)
     errors = metrics.RECONCILE_ERRORS._value.get()
     original = kube._answer
 
