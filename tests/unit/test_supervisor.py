@@ -55,19 +55,23 @@ def run(
     cap: int = 1 << 20,
     env: tuple[str, ...] = (),
     cwd: str = "",
+    nproc: int = 0,
 ) -> tuple[bytes, bytes, dict[str, object]]:
     command = [
         *prefix,
         "run",
         str(timeout),
         str(cap),
-        "0",
+        str(nproc),
         cwd,
         *env,
         "--",
         *argv,
     ]
-    raw = subprocess.run(command, capture_output=True, timeout=timeout + 20, check=True).stdout
+    # A session of its own: a supervisor that let `kill 0` through must not hit pytest.
+    raw = subprocess.run(
+        command, capture_output=True, timeout=timeout + 20, check=False, start_new_session=True
+    ).stdout
     stdout, stderr, verdict = b"", b"", None
     while raw:
         tag, length = raw[:1], int.from_bytes(raw[1:5], "big")
@@ -76,8 +80,10 @@ def run(
             stdout += payload
         elif tag == b"E":
             stderr += payload
-        else:
+        elif tag == b"R":
             verdict = json.loads(payload)
+        else:
+            assert (tag, payload) == (b"S", b""), "only the native one says it started"
     assert verdict is not None, "the supervisor always ends with its verdict"
     return stdout, stderr, verdict
 
@@ -176,3 +182,50 @@ def test_every_jump_of_the_filter_lands_inside_it(table: supervisor.Table) -> No
         if code in (supervisor.JEQ, supervisor.JGE, supervisor.JSET):
             assert index + 1 + max(jt, jf) < len(program)
     assert program[-1][0] == supervisor.RET
+
+
+def _status_field(text: bytes, field: str) -> str:
+    for line in text.decode().splitlines():
+        if line.startswith(f"{field}:"):
+            return line.split(":", 1)[1].strip()
+    raise AssertionError(f"{field} not in /proc/self/status")
+
+
+def test_the_command_starts_with_sigpipe_and_sigxfsz_at_their_defaults(prefix: list[str]) -> None:
+    stdout, _, _ = run(prefix, ["cat", "/proc/self/status"])
+    ignored = int(_status_field(stdout, "SigIgn"), 16)
+    assert not ignored & (1 << (13 - 1)), "SIGPIPE is ignored in the command"
+    assert not ignored & (1 << (25 - 1)), "SIGXFSZ is ignored in the command"
+    # So a pipeline's writer ends on SIGPIPE, as under a shell, instead of spinning.
+    _, _, verdict = run(prefix, ["sh", "-c", "yes | head -c1 >/dev/null; echo done"], timeout=5)
+    assert verdict["timed_out"] is False
+
+
+def test_kill_0_in_the_command_does_not_reach_the_supervisor(prefix: list[str]) -> None:
+    _, _, verdict = run(prefix, ["sh", "-c", "kill -TERM 0; sleep 5"])
+    assert verdict == {"exit_code": 143, "timed_out": False, "truncated": False, "signal": 15}
+
+
+def test_the_process_cap_is_a_hard_rlimit_of_the_command(prefix: list[str]) -> None:
+    stdout, _, _ = run(prefix, ["cat", "/proc/self/limits"], nproc=77)
+    line = next(row for row in stdout.decode().splitlines() if row.startswith("Max processes"))
+    assert line.split()[2:4] == ["77", "77"]
+
+
+def test_the_command_tree_ends_when_the_caller_stops_reading(
+    prefix: list[str], tmp_path: Path
+) -> None:
+    pids = tmp_path / "pids"
+    script = f"echo $$ > {pids}; sleep 100 & echo $! >> {pids}; while :; do echo xxxxxxxx; done"
+    command = [*prefix, "run", "60", str(1 << 30), "0", "", "--", "sh", "-c", script]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, start_new_session=True)
+    assert process.stdout is not None
+    process.stdout.read(4096)
+    process.stdout.close()
+    assert process.wait(timeout=15) == 120
+    for pid in (int(line) for line in pids.read_text().split()):
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except FileNotFoundError:
+            continue
+        assert state == "Z", f"{pid} outlived its supervisor's caller (state {state})"

@@ -56,23 +56,25 @@ static double now(void) {
     return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
 }
 
-static void write_all(int fd, const char *data, size_t length) {
+/* -1 once the caller is gone (SIGPIPE is ignored, so a closed stream is EPIPE). */
+static int write_all(int fd, const char *data, size_t length) {
     while (length > 0) {
         ssize_t written = write(fd, data, length);
         if (written < 0) {
             if (errno == EINTR) continue;
-            _exit(120); /* the caller is gone: nobody to report to */
+            return -1;
         }
         data += written;
         length -= (size_t)written;
     }
+    return 0;
 }
 
-static void frame(char tag, const char *data, size_t length) {
+static int frame(char tag, const char *data, size_t length) {
     char header[5] = {tag, (char)(length >> 24), (char)(length >> 16), (char)(length >> 8),
                       (char)length};
-    write_all(1, header, 5);
-    write_all(1, data, length);
+    if (write_all(1, header, 5) != 0) return -1;
+    return write_all(1, data, length);
 }
 
 static int install_filter(void) {
@@ -112,6 +114,10 @@ static int install_filter(void) {
 }
 
 static void exec_confined(char **argv, const char *cwd, long nproc) {
+    /* The command starts with default signal dispositions, in a process group of its
+     * own: `kill 0` in it must not reach this supervisor. */
+    signal(SIGPIPE, SIG_DFL);
+    setpgid(0, 0);
     if (*cwd && chdir(cwd) != 0) goto refuse;
     if (nproc > 0) {
         struct rlimit limit = {(rlim_t)nproc, (rlim_t)nproc};
@@ -210,6 +216,10 @@ int main(int argc, char **argv) {
      * cap hold regardless. */
     prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
     prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
+    signal(SIGPIPE, SIG_IGN);
+    /* "Started", before the command exists: the client then knows this binary ran and
+     * never falls back to running the command again under the Python supervisor. */
+    if (frame('S', "", 0) != 0) return 120;
     int out[2], err[2];
     if (pipe2(out, O_CLOEXEC) != 0 || pipe2(err, O_CLOEXEC) != 0) return 125;
     pid_t pid = fork();
@@ -224,9 +234,10 @@ int main(int argc, char **argv) {
     struct pollfd fds[2] = {{out[0], POLLIN, 0}, {err[0], POLLIN, 0}};
     const char tags[2] = {'O', 'E'};
     int open_count = 2, status = 0, have_status = 0, timed_out = 0, truncated = 0;
+    int caller_gone = 0;
     long sent = 0;
     static char buffer[CHUNK];
-    while (open_count > 0) {
+    while (open_count > 0 && !caller_gone) {
         double remaining = deadline - now();
         if (remaining <= 0) {
             timed_out = 1;
@@ -259,8 +270,16 @@ int main(int argc, char **argv) {
                 truncated = 1;
             }
             sent += length;
-            frame(tags[f], buffer, (size_t)length);
+            if (frame(tags[f], buffer, (size_t)length) != 0) {
+                caller_gone = 1;
+                break;
+            }
         }
+    }
+    if (caller_gone) {
+        /* Nobody reads the output any more: the command and its tree end now. */
+        kill_tree(getpid(), pid, &status, &have_status);
+        return 120;
     }
     while (!have_status && !timed_out) {
         have_status = reap(pid, &status);
@@ -288,6 +307,5 @@ int main(int argc, char **argv) {
                           "\"signal\": %s}",
                           exit_code, timed_out ? "true" : "false", truncated ? "true" : "false",
                           signal_text);
-    frame('R', verdict, (size_t)length);
-    return 0;
+    return frame('R', verdict, (size_t)length) == 0 ? 0 : 120;
 }

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from openblox.client.errors import ExecTransportError
 from openblox.client.exec_stream import ERROR, STDERR, STDOUT, ExecSocket
 from openblox.client.results import ExecResult
 from openblox.denials import ExecOutcome
@@ -101,6 +102,7 @@ class _SupervisedRun:
             verdict = self._decoder.verdict
             if verdict is None and self._fallback and _supervisor_missing(status, self._decoder):
                 self._socket, self._fallback = self._fallback(), None
+                self._decoder = _FrameDecoder(self._cap, keep=keep)
                 self._send_stdin()
                 continue
             if verdict is None:
@@ -157,7 +159,9 @@ class ExecStream:
 def _supervisor_missing(status: bytes, decoder: _FrameDecoder) -> bool:
     """Whether the exec failed before anything ran because the supervisor was not there
     (or not executable): the runtime says so in the exec's final Status."""
-    if decoder.received or not status:
+    # The native supervisor frames "started" before anything else: once any byte came,
+    # it ran, and running the command again under the Python one could run it twice.
+    if decoder.raw_bytes or not status:
         return False
     try:
         message = str(json.loads(status).get("message") or "")
@@ -182,6 +186,22 @@ def _send_all(socket: ExecSocket, data: bytes) -> None:
 _STREAM_TAIL = 64 * 1024
 
 
+# Stdout, stderr, the verdict, and the native supervisor's "started".
+_TAGS = (b"O", b"E", b"R", b"S")
+# The supervisors read 64 KiB at a time; a verdict is a few dozen bytes.
+_MAX_FRAME = 1 << 20
+
+
+def _verdict(payload: bytes) -> dict[str, Any]:
+    try:
+        verdict = json.loads(payload)
+    except ValueError:
+        verdict = None
+    if not isinstance(verdict, dict) or not isinstance(verdict.get("exit_code"), int):
+        raise ExecTransportError("the exec supervisor's verdict is malformed")
+    return verdict
+
+
 class _FrameDecoder:
     """Splits the supervisor's framed stdout into the command's stdout, stderr and verdict.
 
@@ -189,26 +209,33 @@ class _FrameDecoder:
     the code it runs, so its framing is a convenience, not a boundary.
     """
 
-    def __init__(self, cap: int) -> None:
+    def __init__(self, cap: int, keep: bool = True) -> None:
         self._buffer = bytearray()
         self._cap = cap
+        self.raw_bytes = 0
         self.received = 0
-        self.keep = True
+        self.keep = keep
         self.stdout = bytearray()
         self.stderr = bytearray()
         self.verdict: dict[str, Any] | None = None
         self.over_cap = False
 
     def feed(self, data: bytes) -> Iterator[OutputChunk]:
+        self.raw_bytes += len(data)
         self._buffer += data
         while len(self._buffer) >= 5:
-            length = int.from_bytes(self._buffer[1:5], "big")
+            tag, length = bytes(self._buffer[0:1]), int.from_bytes(self._buffer[1:5], "big")
+            if tag not in _TAGS or length > _MAX_FRAME:
+                # Not the supervisor's framing: never guess at what the bytes meant.
+                raise ExecTransportError(f"the exec supervisor's output is malformed ({tag!r})")
             if len(self._buffer) < 5 + length:
                 return
-            tag, payload = self._buffer[0:1], bytes(self._buffer[5 : 5 + length])
+            payload = bytes(self._buffer[5 : 5 + length])
             del self._buffer[: 5 + length]
+            if tag == b"S":
+                continue
             if tag == b"R":
-                self.verdict = json.loads(payload)
+                self.verdict = _verdict(payload)
                 continue
             room = self._cap - self.received
             if len(payload) > room:

@@ -136,6 +136,14 @@ def exec_confined(
     libc: ctypes.CDLL, argv: list[str], env: dict[str, str], cwd: str, nproc: int
 ) -> NoReturn:
     """In a forked child: confine, then become the command. Never returns."""
+    # Python ignores SIGPIPE and SIGXFSZ, and an ignored signal stays ignored across
+    # exec: the command gets the defaults, as under a shell. Its own process group keeps
+    # a `kill 0` in it away from this supervisor.
+    import _signal  # type: ignore[import-not-found]  # the C module: `signal` imports enum
+
+    _signal.signal(_signal.SIGPIPE, _signal.SIG_DFL)
+    _signal.signal(_signal.SIGXFSZ, _signal.SIG_DFL)
+    os.setpgid(0, 0)
     try:
         if cwd:
             os.chdir(cwd)
@@ -191,19 +199,21 @@ def signal_tree(root: int, signal: int) -> None:
             pass
 
 
-def kill_tree(root: int) -> None:
-    """SIGKILL every descendant until none is left; reap them as they die."""
+def kill_tree(root: int) -> dict[int, int]:
+    """SIGKILL every descendant until none is left; the statuses of those reaped."""
+    statuses: dict[int, int] = {}
     for _ in range(200):
         left = descendants(root)
         if not left:
-            return
+            break
         for pid in left:
             try:
                 os.kill(pid, SIGKILL)
             except OSError:
                 pass
-        reap()
+        statuses.update(reap())
         time.sleep(0.005)
+    return statuses
 
 
 def reap() -> dict[int, int]:
@@ -264,7 +274,44 @@ def run(args: list[str]) -> None:
     os.close(out_w)
     os.close(err_w)
     tags = {out_r: b"O", err_r: b"E"}
-    open_fds = [out_r, err_r]
+    try:
+        status, timed_out, truncated = relay_output(tags, pid, deadline, cap)
+    except OSError:
+        # The caller is gone (EPIPE): nobody reads the output; the tree ends now.
+        kill_tree(os.getpid())
+        os._exit(120)
+    while status is None and not timed_out:
+        status = reap().get(pid)
+        if status is None:
+            if time.monotonic() >= deadline:
+                timed_out = True
+            else:
+                time.sleep(0.002)
+    reaped = kill_tree(os.getpid())
+    if status is None:
+        # The command may have exited just before the kill: its own status, not the kill's.
+        status = reaped.get(pid, reap().get(pid))
+    exit_code, killed_by = exit_code_of(status)
+    flag = {True: "true", False: "false"}
+    signal_text = "null" if killed_by is None else str(killed_by)
+    verdict = (
+        f'{{"exit_code": {exit_code}, "timed_out": {flag[timed_out]}, '
+        f'"truncated": {flag[truncated]}, "signal": {signal_text}}}'
+    )
+    try:
+        frame(b"R", verdict.encode())
+    except OSError:
+        os._exit(120)
+
+
+def relay_output(
+    tags: dict[int, bytes], pid: int, deadline: float, cap: int
+) -> tuple[int | None, bool, bool]:
+    """Frame the command's output until it ends or the deadline passes.
+
+    (status if reaped, timed out, truncated); raises OSError when the caller is gone.
+    """
+    open_fds = list(tags)
     sent = 0
     truncated = timed_out = False
     status: int | None = None
@@ -293,24 +340,7 @@ def run(args: list[str]) -> None:
                 data, truncated = data[:room], True
             sent += len(data)
             frame(tags[fd], data)
-    while status is None and not timed_out:
-        status = reap().get(pid)
-        if status is None:
-            if time.monotonic() >= deadline:
-                timed_out = True
-            else:
-                time.sleep(0.002)
-    kill_tree(os.getpid())
-    if status is None:
-        status = reap().get(pid)
-    exit_code, killed_by = exit_code_of(status)
-    flag = {True: "true", False: "false"}
-    signal_text = "null" if killed_by is None else str(killed_by)
-    verdict = (
-        f'{{"exit_code": {exit_code}, "timed_out": {flag[timed_out]}, '
-        f'"truncated": {flag[truncated]}, "signal": {signal_text}}}'
-    )
-    frame(b"R", verdict.encode())
+    return status, timed_out, truncated
 
 
 # ---------------------------------------------------------------- background commands
@@ -332,11 +362,19 @@ def start(args: list[str]) -> None:
     directory = f"{STATE_DIR}/{name}"
     os.makedirs(directory, exist_ok=True)
     lock = os.open(f"{directory}/lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-    try:
-        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        sys.stdout.write(json.dumps(dict(record(directory, name), started=False)) + "\n")
-        return
+    for _ in range(100):
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            break
+        except BlockingIOError:
+            current = record(directory, name)
+            if current["running"]:
+                sys.stdout.write(json.dumps(dict(current, started=False)) + "\n")
+                return
+            time.sleep(0.01)  # a status check held the lock for a moment
+    else:
+        sys.stderr.write(f"the lock of {name} stayed busy\n")
+        sys.exit(4)
     for stale in ("exit", "stdout", "stderr"):
         try:
             os.unlink(f"{directory}/{stale}")
@@ -484,7 +522,8 @@ def record(directory: str, name: str) -> dict[str, Any]:
     except OSError:
         return result
     try:
-        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        # Shared: two status checks never mistake each other for the keeper.
+        fcntl.flock(lock, fcntl.LOCK_SH | fcntl.LOCK_NB)
     except BlockingIOError:
         result["running"] = True
     finally:
@@ -520,6 +559,10 @@ def stop(args: list[str]) -> None:
     current = record(directory, name)
     if current["running"]:
         keeper = int(current["keeper"])
+        if keeper <= 1:
+            # The record lives where the guest can write: never signal -1, 0 or init.
+            sys.stderr.write(f"the record of {name} names no keeper\n")
+            sys.exit(4)
         _write(f"{directory}/grace", str(grace))
         os.kill(keeper, SIGTERM)
         deadline = time.monotonic() + grace + 2
