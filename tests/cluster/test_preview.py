@@ -109,13 +109,6 @@ ThreadingHTTPServer.daemon_threads = True
 ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), App).serve_forever()
 """
 
-# Detach the app from the exec that starts it (the exec ends; the app keeps running).
-LAUNCH = (
-    "import subprocess, sys; subprocess.Popen([sys.executable, '/tmp/app.py', sys.argv[1]], "
-    "stdin=subprocess.DEVNULL, stdout=open('/tmp/app.log', 'ab'), stderr=subprocess.STDOUT, "
-    "start_new_session=True)"
-)
-
 
 @pytest.fixture(scope="module")
 def preview_ns(operator: Kube) -> Iterator[str]:
@@ -132,7 +125,7 @@ def client(operator: Kube, preview_ns: str) -> Client:
 def box(operator: Kube, client: Client, preview_ns: str) -> Iterator[Sandbox]:
     sandbox = client.create("code-exec", "web")
     sandbox.files.write("/tmp/app.py", APP)
-    operator.exec(sandbox.pod, preview_ns, "python3", "-c", LAUNCH, str(APP_PORT), check=True)
+    sandbox.start_process("app", ["python3", "/tmp/app.py", str(APP_PORT)])
     yield sandbox
     sandbox.delete()
 
@@ -321,6 +314,28 @@ def test_a_link_for_another_sandbox_uid_is_404_and_nothing_listening_is_502(
     status, body = _get(proxy["service"], urlsplit(box.preview_url(APP_PORT + 1)).path)
     assert status == 502, body
     assert b"connect 127.0.0.1:8001" in body
+
+
+def test_an_old_link_never_reaches_a_namesake_made_after_it(
+    client: Client, proxy: dict[str, str]
+) -> None:
+    first = client.create("code-exec", "namesake")
+    old_link = urlsplit(first.preview_url(APP_PORT)).path
+    # Through the proxy once, so it has looked the pod up (nothing listens: 502).
+    assert _get(proxy["service"], old_link)[0] == 502
+    first.delete()
+    wait_for("the first namesake to go", lambda: _gone(client, "namesake"))
+    second = client.create("code-exec", "namesake")
+    try:
+        status, body = _get(proxy["service"], old_link)
+        assert status == 404, body
+        assert _get(proxy["service"], urlsplit(second.preview_url(APP_PORT)).path)[0] == 502
+    finally:
+        second.delete()
+
+
+def _gone(client: Client, name: str) -> bool:
+    return all(sandbox.name != name for sandbox in client.list())
 
 
 def _patch_secret(kube: Kube, patch: list[dict[str, object]], pod_name: str) -> None:

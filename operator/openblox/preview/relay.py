@@ -19,7 +19,7 @@ from collections.abc import Callable
 from openblox.client.errors import ExecTransportError
 from openblox.client.exec_stream import ERROR, STDERR, STDOUT, ExecSocket
 
-# Run as `python3 -c AGENT PORT`. Exit 3: nothing listens on the port.
+# Run as `python3 -I -S -c AGENT PORT`. Exit 3: nothing listens on the port.
 AGENT = r"""
 import os, socket, sys, threading
 port = int(sys.argv[1])
@@ -62,7 +62,9 @@ MAX_TUNNEL_SECONDS = 6 * 3600
 
 
 def agent_argv(port: int) -> list[str]:
-    return ["python3", "-c", AGENT, str(port)]
+    # -I -S: nothing is imported from /workspace (the exec's working directory, which the
+    # guest writes) or from site-packages; the relay runs only its own code.
+    return ["python3", "-I", "-S", "-c", AGENT, str(port)]
 
 
 class TunnelClosed(ExecTransportError):

@@ -109,28 +109,34 @@ class KubeBackend:
         self._lock = threading.Lock()
 
     def _pod(self, grant: Grant) -> str:
-        key = (grant.namespace, grant.sandbox, grant.uid)
-        with self._lock:
-            cached = self._pods.get(key)
-        if cached and time.monotonic() - cached[1] < POD_CACHE_SECONDS:
-            return cached[0]
+        """The pod of the Sandbox the grant names, checked against the grant's uid.
+
+        The Sandbox is read on every new tunnel: a namesake made after the link was
+        signed has another uid, and the link must not reach it, not even for a moment.
+        Only the pod's ownership check is remembered for a while, per pod name.
+        """
         try:
             API_REQUESTS.labels("get-sandbox").inc()
             body = self._custom.get_namespaced_custom_object(
                 GROUP, VERSION, grant.namespace, PLURAL, grant.sandbox
             )
-            if body["metadata"].get("uid") != grant.uid:
-                raise HTTPError(404, "the sandbox this link was made for is gone")
-            pod_name = (body.get("status") or {}).get("podName")
-            if not pod_name:
-                raise HTTPError(503, "the sandbox has no pod yet")
+        except ApiException as error:
+            raise self._lookup_error(grant, error) from error
+        if body["metadata"].get("uid") != grant.uid:
+            raise HTTPError(404, "the sandbox this link was made for is gone")
+        pod_name = str((body.get("status") or {}).get("podName") or "")
+        if not pod_name:
+            raise HTTPError(503, "the sandbox has no pod yet")
+        key = (grant.namespace, grant.sandbox, grant.uid)
+        with self._lock:
+            cached = self._pods.get(key)
+        if cached and cached[0] == pod_name and time.monotonic() - cached[1] < POD_CACHE_SECONDS:
+            return pod_name
+        try:
             API_REQUESTS.labels("get-pod").inc()
             pod = self._core.read_namespaced_pod(pod_name, grant.namespace)
         except ApiException as error:
-            if error.status == 404:
-                raise HTTPError(404, "the sandbox this link was made for is gone") from error
-            log.warning("looking up %s/%s: %s", grant.namespace, grant.sandbox, error.reason)
-            raise HTTPError(502, f"the API server said {error.status}") from error
+            raise self._lookup_error(grant, error) from error
         # Only the operator may make pods with this label (admission), and it owns them.
         labels = pod.metadata.labels or {}
         owners = {ref.uid for ref in pod.metadata.owner_references or []}
@@ -138,7 +144,14 @@ class KubeBackend:
             raise HTTPError(404, "the sandbox's pod is not one the operator made")
         with self._lock:
             self._pods[key] = (pod_name, time.monotonic())
-        return str(pod_name)
+        return pod_name
+
+    @staticmethod
+    def _lookup_error(grant: Grant, error: ApiException) -> HTTPError:
+        if error.status == 404:
+            return HTTPError(404, "the sandbox this link was made for is gone")
+        log.warning("looking up %s/%s: %s", grant.namespace, grant.sandbox, error.reason)
+        return HTTPError(502, f"the API server said {error.status}")
 
     def open(self, grant: Grant) -> Tunnel:
         pod = self._pod(grant)
