@@ -202,6 +202,44 @@ def test_a_pod_name_taken_by_another_owner_is_reported_not_adopted() -> None:
     assert metrics.ready_of(reported.conditions)[0] == "False"
 
 
+def _pod_owned_by(sandbox: Sandbox, owner: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "metadata": {
+            "name": pod_name(sandbox),
+            "namespace": "team-a",
+            "uid": "old-pod",
+            "ownerReferences": [{"controller": True, **owner}],
+        },
+        "status": {"phase": "Running"},
+    }
+
+
+def test_the_pod_of_a_deleted_namesake_is_removed_not_reported_as_a_conflict() -> None:
+    kube, reconciler, watched, cache = _watched_operator()
+    sandbox = _cached(cache)
+    earlier = {"apiVersion": "openblox.sh/v1alpha1", "kind": "Sandbox", "name": "demo"}
+    watched.pod_seen(_pod_owned_by(sandbox, {**earlier, "uid": "an-earlier-demo"}))
+    reconciler.reconcile(sandbox, "sandbox")
+    pod_path = f"/api/v1/namespaces/team-a/pods/{pod_name(sandbox)}"
+    assert ("DELETE", pod_path) in kube.take()
+    waiting = cache.get("team-a", "demo")
+    assert waiting is not None
+    assert metrics.ready_of(waiting.conditions) == ("False", "PodPending")
+
+
+def test_a_pod_of_another_owner_is_a_conflict_and_is_left_alone() -> None:
+    kube, reconciler, watched, cache = _watched_operator()
+    sandbox = _cached(cache)
+    watched.pod_seen(
+        _pod_owned_by(sandbox, {"apiVersion": "apps/v1", "kind": "ReplicaSet", "uid": "rs"})
+    )
+    reconciler.reconcile(sandbox, "sandbox")
+    assert not any(method == "DELETE" for method, _ in kube.take())
+    reported = cache.get("team-a", "demo")
+    assert reported is not None
+    assert metrics.ready_of(reported.conditions) == ("False", "PodConflict")
+
+
 def test_a_pending_pod_is_looked_at_again_later_not_on_a_timer() -> None:
     _kube, reconciler, watched, cache = _watched_operator()
     sandbox = _cached(cache)
@@ -325,7 +363,9 @@ def test_a_slim_pod_keeps_what_the_reconcile_and_the_denials_read() -> None:
             "uid": "u",
             "creationTimestamp": "2025-01-02T03:04:05Z",
             "annotations": {"openblox.sh/profile-digest": "d", "other": "x" * 100},
-            "ownerReferences": [{"uid": "s", "controller": True, "kind": "Sandbox"}],
+            "ownerReferences": [
+                {"uid": "s", "controller": True, "kind": "Sandbox", "blockOwnerDeletion": True}
+            ],
             "managedFields": [{"manager": "openblox"}],
         },
         "spec": {
@@ -343,7 +383,7 @@ def test_a_slim_pod_keeps_what_the_reconcile_and_the_denials_read() -> None:
             "uid": "u",
             "creationTimestamp": "2025-01-02T03:04:05Z",
             "annotations": {"openblox.sh/profile-digest": "d"},
-            "ownerReferences": [{"uid": "s", "controller": True}],
+            "ownerReferences": [{"kind": "Sandbox", "uid": "s", "controller": True}],
         },
         "spec": {
             "nodeName": "vm",

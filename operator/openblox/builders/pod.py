@@ -57,6 +57,23 @@ def is_owned_by(pod: Mapping[str, Any], sandbox: Sandbox) -> bool:
     )
 
 
+def is_left_by_namesake(pod: Mapping[str, Any], sandbox: Sandbox) -> bool:
+    """Whether the pod belonged to an earlier Sandbox of the same name, now deleted.
+
+    Names are unique at any moment, so a controlling Sandbox of this name with another
+    uid is gone: its pod only waits for the garbage collector.
+    """
+    references = pod.get("metadata", {}).get("ownerReferences") or []
+    return any(
+        reference.get("controller") is True
+        and reference.get("apiVersion") == API_VERSION
+        and reference.get("kind") == KIND
+        and reference.get("name") == sandbox.name
+        and reference.get("uid") != sandbox.uid
+        for reference in references
+    )
+
+
 KUBELET_SERVICE_VARIABLES = (
     "KUBERNETES_SERVICE_HOST",
     "KUBERNETES_SERVICE_PORT",

@@ -23,7 +23,7 @@ from typing import Any
 
 from openblox.builders.conditions import Observation, PodState, Problem, status_changed
 from openblox.builders.network_policy import build_network_policy
-from openblox.builders.pod import build_pod, is_owned_by, pod_name
+from openblox.builders.pod import build_pod, is_left_by_namesake, is_owned_by, pod_name
 from openblox.builders.status import build_status, status_patch
 from openblox.controller import metrics
 from openblox.controller.boundary import probe_boundary
@@ -202,7 +202,8 @@ class Reconciler:
         pod, conflict = self._ensure_pod(sandbox, profile)
         if conflict:
             return replace(base, runtime_available=True, pod_conflict=conflict), profile, None
-        assert pod is not None
+        if pod is None:
+            return replace(base, runtime_available=True), profile, None
         state = PodState.from_pod(pod)
         if state.terminated:
             ended = pod_denial(pod, profile=profile.name, now=now)
@@ -333,6 +334,12 @@ class Reconciler:
             self.watched.pod_seen(existing)
             found = slim_pod(existing)
         if not is_owned_by(found, sandbox):
+            if is_left_by_namesake(found, sandbox):
+                # Deleted and made again under the same name: the old pod goes now rather
+                # than when the garbage collector comes; its deletion event brings ours.
+                if not found["metadata"].get("deletionTimestamp"):
+                    self._delete_pod(found)
+                return None, None
             return None, (
                 f'a pod named "{pod_name(sandbox)}" already exists in '
                 f'"{sandbox.namespace}" and does not belong to this Sandbox'

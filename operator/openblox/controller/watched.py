@@ -38,7 +38,7 @@ def slim_pod(pod: Mapping[str, Any]) -> dict[str, Any]:
         if key in metadata
     }
     kept_metadata["ownerReferences"] = [
-        {"uid": ref.get("uid"), "controller": ref.get("controller")}
+        {key: ref[key] for key in ("apiVersion", "kind", "name", "uid", "controller") if key in ref}
         for ref in metadata.get("ownerReferences") or []
         if ref.get("controller") is True
     ]
