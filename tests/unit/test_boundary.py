@@ -24,3 +24,9 @@ GVISOR_LOG = "[    0.000000] Starting gVisor...\n[    0.1] Creating cloned child
 )
 def test_classify_boundary(release: str, log: str, expected: str | None) -> None:
     assert classify_boundary(release, log, NODE) == expected
+
+
+def test_proc_version_names_gvisor_but_never_makes_a_vm_on_its_own() -> None:
+    assert classify_boundary("4.4.0", "", NODE, "Linux version 4.4.0 gVisor") == "gvisor"
+    # An old gVisor (release 4.4.0) whose log could not be read: undecided, not kata.
+    assert classify_boundary("4.4.0", "", NODE, "Linux version 4.4.0 #1 SMP") is None

@@ -13,13 +13,17 @@ GVISOR_MARKER = "gvisor"
 
 
 def classify_boundary(
-    guest_kernel_release: str, guest_kernel_log: str, node_kernel_release: str
+    guest_kernel_release: str,
+    guest_kernel_log: str,
+    node_kernel_release: str,
+    guest_proc_version: str = "",
 ) -> Boundary | None:
     """What the pod runs behind, or None when the evidence is incomplete.
 
     none: the guest sees the node's own kernel. gvisor: the kernel (its release,
     /proc/version or its log) is the Sentry's. kata: another, real kernel (a release
-    and a kernel log, neither gVisor's).
+    and a kernel log, neither gVisor's); /proc/version alone never makes one, so a
+    gVisor whose log could not be read is not taken for a VM.
     A probe that came back short (a loaded node, a cut stream) proves nothing either
     way, and deciding on it would either trust the runtime's name or delete a good pod.
     """
@@ -28,7 +32,7 @@ def classify_boundary(
         return None
     if release == node_kernel_release.strip():
         return "none"
-    if GVISOR_MARKER in f"{release}\n{guest_kernel_log}".lower():
+    if GVISOR_MARKER in f"{release}\n{guest_proc_version}\n{guest_kernel_log}".lower():
         return "gvisor"
     if not guest_kernel_log.strip():
         return None
