@@ -25,6 +25,7 @@ from openblox.denials import (
     lifetime_denial,
     merge_recent,
     pod_denial,
+    scratch_mounted_noexec,
 )
 from openblox.lifetime import compute_expiry, effective_lifetime
 from tests.unit.factories import CREATED, default_profile, make_sandbox
@@ -552,3 +553,27 @@ def test_status_puts_observed_denials_first_and_keeps_earlier_ones() -> None:
         now=NOW,
     )
     assert "denials" not in quiet
+
+
+MOUNTS_NOEXEC = """\
+none / 9p ro,relatime 0 0
+none /tmp tmpfs rw,nosuid,nodev,noexec,relatime 0 0
+none /workspace tmpfs rw,nosuid,nodev,noexec,relatime 0 0
+none /run/openblox tmpfs rw,nosuid,nodev,noexec,relatime 0 0
+"""
+
+
+def test_scratch_counts_as_noexec_only_when_every_writable_place_is() -> None:
+    writable = ("/tmp", "/workspace", "/run/openblox")
+    assert scratch_mounted_noexec(MOUNTS_NOEXEC, writable)
+    one_exec = MOUNTS_NOEXEC.replace(
+        "/workspace tmpfs rw,nosuid,nodev,noexec", "/workspace tmpfs rw"
+    )
+    assert not scratch_mounted_noexec(one_exec, writable)
+    # A later mount over the same point is the one in force.
+    remounted = MOUNTS_NOEXEC + "none /tmp tmpfs rw,relatime 0 0\n"
+    assert not scratch_mounted_noexec(remounted, writable)
+    missing = "\n".join(line for line in MOUNTS_NOEXEC.splitlines() if "/run/openblox" not in line)
+    assert not scratch_mounted_noexec(missing, writable)
+    assert not scratch_mounted_noexec("", writable)
+    assert not scratch_mounted_noexec(MOUNTS_NOEXEC, ())

@@ -53,6 +53,7 @@ from openblox.denials import (
     admission_denial,
     classify_exec,
     pod_denial,
+    scratch_mounted_noexec,
 )
 from openblox.names import (
     ANNOTATION_LAST_ACTIVITY,
@@ -367,6 +368,7 @@ class Sandbox:
         self._last_touch = 0.0
         self._touch_lock = threading.Lock()
         self._sizes: tuple[str | None, str | None] | None = None
+        self._noexec: bool | None = None
         self.files = Files(self)
 
     def __repr__(self) -> str:
@@ -540,7 +542,11 @@ class Sandbox:
     def _result(self, outcome: ExecOutcome, duration: float) -> ExecResult:
         """The ExecResult, with the policies the command ran into (docs/denials.md)."""
         now = datetime.now(UTC)
-        policy = Policy(profile=self.profile)
+        policy = Policy(profile=self.profile, processes=self._process_cap())
+        if outcome.exit_code == 126 or b"Permission denied" in outcome.stderr[-4096:]:
+            # Only for a refusal does it matter whether the scratch mounts are noexec
+            # (they are where the node runs the NRI plugin); read once per Sandbox.
+            policy = replace(policy, scratch_noexec=self._scratch_noexec(policy.writable))
         denials = classify_exec(outcome, policy, now)
         if any(d.denied in ("memory", "disk") for d in denials):
             # Name the limit in the record: one read of the pod, only when it matters.
@@ -555,6 +561,14 @@ class Sandbox:
             duration,
             tuple(d.to_dict() for d in denials),
         )
+
+    def _scratch_noexec(self, writable: Sequence[str]) -> bool:
+        if self._noexec is None:
+            mounts = self._helper("read", "/proc/self/mounts", output_limit=1 << 20)
+            if mounts.exit_code != 0:
+                return False  # unknown: an exec refusal there is then not called a policy
+            self._noexec = scratch_mounted_noexec(mounts.stdout.decode(errors="replace"), writable)
+        return self._noexec
 
     def _sized_policy(self, policy: Policy) -> Policy:
         if self._sizes is None:

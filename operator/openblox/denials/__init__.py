@@ -5,7 +5,12 @@ operator builds records for what it sees outside a call (an OOM-killed pod, a re
 sandbox), and both use the one record shape. See docs/denials.md.
 """
 
-from openblox.denials.classify import ExecOutcome, Policy, classify_exec
+from openblox.denials.classify import (
+    ExecOutcome,
+    Policy,
+    classify_exec,
+    scratch_mounted_noexec,
+)
 from openblox.denials.observed import admission_denial, lifetime_denial, pod_denial
 from openblox.denials.record import (
     CATEGORIES,
@@ -31,4 +36,5 @@ __all__ = [
     "lifetime_denial",
     "merge_recent",
     "pod_denial",
+    "scratch_mounted_noexec",
 ]

@@ -42,11 +42,30 @@ class Policy:
     egress: str = "none"
     writable: tuple[str, ...] = (TMP_DIR, WORKSPACE_DIR, STATE_DIR)
     scratch_noexec: bool = False
-    """Kubernetes cannot mount emptyDir noexec (docs/limits.md); True where it is."""
+    """Whether the writable places are mounted noexec. Kubernetes has no field for it, so
+    it holds only where the node runs openblox's NRI plugin (docs/limits.md); the client
+    reads the mounts to know, and an exec refused there is then a policy, not a file mode."""
     memory: str | None = None
     scratch: str | None = None
     processes: int | None = None
+    """The profile's process cap (status.execLimits.processes): the exec supervisor sets it
+    as RLIMIT_NPROC, so a refused fork names it."""
     user: int | None = 1000
+
+
+def scratch_mounted_noexec(mounts: str, writable: Sequence[str]) -> bool:
+    """Whether every writable place is its own mount with `noexec`, from /proc/self/mounts.
+
+    True only when each is: a place not mounted on its own (so on the root filesystem,
+    read-only anyway) or mounted without noexec makes an exec refusal there ordinary.
+    """
+    options: dict[str, set[str]] = {}
+    for line in mounts.splitlines():
+        fields = line.split()
+        if len(fields) >= 4:
+            # A later mount on the same point hides the earlier one.
+            options[fields[1]] = set(fields[3].split(","))
+    return bool(writable) and all("noexec" in options.get(place, set()) for place in writable)
 
 
 @dataclass(frozen=True, slots=True)
