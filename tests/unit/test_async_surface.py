@@ -67,8 +67,8 @@ def test_every_sync_call_has_an_async_twin_with_the_same_parameters(
 @pytest.mark.parametrize(("sync", "async_"), PAIRS, ids=[a.__name__ for _, a in PAIRS])
 def test_async_twins_of_calls_that_wait_are_coroutines(sync: type, async_: type) -> None:
     for name, member in _public(sync).items():
-        if name.startswith("_") or isinstance(member, property) or name == "preview_url":
-            continue  # preview_url only signs a token: nothing to wait for
+        if name.startswith("_") or isinstance(member, property):
+            continue
         assert inspect.iscoroutinefunction(getattr(async_, name)), f"{async_.__name__}.{name}"
 
 

@@ -90,8 +90,11 @@ class AsyncSandbox:
         await asyncio.to_thread(self._sandbox.refresh)
         return self
 
-    def preview_url(self, port: int, *, ttl: float = 3600, base_url: str | None = None) -> str:
-        return self._sandbox.preview_url(port, ttl=ttl, base_url=base_url)
+    async def preview_url(
+        self, port: int, *, ttl: float = 3600, base_url: str | None = None
+    ) -> str:
+        # Signing reads the key Secret and the proxy's address from the API server.
+        return await asyncio.to_thread(self._sandbox.preview_url, port, ttl=ttl, base_url=base_url)
 
     async def __aenter__(self) -> AsyncSandbox:
         return self
