@@ -1,6 +1,7 @@
-"""Names that users, manifests, tests and tooling depend on (see DESIGN.md).
+"""Names that users, manifests, tests and tooling depend on.
 
-Changing one is an API change: write an ADR first.
+The CRD (crds/sandbox.yaml), the manifests and the documents spell them out too.
+Changing one is an API change: write an ADR (docs/adr/) first.
 """
 
 from enum import StrEnum

@@ -280,7 +280,11 @@ def parser() -> argparse.ArgumentParser:
     sub("ls", cmd_ls, "list sandboxes")
     rm = sub("rm", cmd_rm, "delete sandboxes")
     rm.add_argument("names", nargs="+")
-    sub("profiles", cmd_profiles, "list the profiles you may use")
+    sub(
+        "profiles",
+        cmd_profiles,
+        "list the profiles admission accepts (a namespace may allow fewer)",
+    )
     cp = sub("cp", cmd_cp, "copy a file into or out of a sandbox")
     cp.add_argument("source")
     cp.add_argument("target")

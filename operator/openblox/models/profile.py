@@ -128,7 +128,7 @@ class ExecLimits:
     timeout_seconds: int = 60
     """A command still running after this long is killed."""
     output_bytes: int = 1024 * 1024
-    """Captured stdout and stderr are each cut off after this many bytes."""
+    """Captured stdout and stderr together are cut off after this many bytes."""
 
 
 @dataclass(frozen=True, slots=True)
