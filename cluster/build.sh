@@ -26,7 +26,7 @@ wrapped_build() {
 build_kubernetes() {
   local out=$CACHE/kubernetes-$KUBERNETES_VERSION
   [[ -x $out/kubelet ]] && { log "kubernetes $KUBERNETES_VERSION cached"; return; }
-  log "building kubernetes $KUBERNETES_VERSION (first time: tens of minutes on 2 cores)"
+  log "building kubernetes $KUBERNETES_VERSION (first time: several minutes on 2 cores)"
   local v=${KUBERNETES_VERSION#v} minor; minor=$(cut -d. -f2 <<<"$v")
   local ld="-s -w"
   for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
