@@ -10,6 +10,7 @@ from __future__ import annotations
 import builtins
 import contextlib
 import json
+import math
 import secrets
 import threading
 import time
@@ -470,17 +471,9 @@ class Sandbox:
             raise InvalidArgument(
                 "argv must be a non-empty sequence of strings, not a shell string"
             )
-        max_timeout, max_output = self._limits()
-        if timeout is not None and timeout > max_timeout:
-            raise InvalidArgument(f"timeout {timeout}s is above the profile's {max_timeout:.0f}s")
-        if output_limit is not None and output_limit > max_output:
-            raise InvalidArgument(
-                f"output_limit {output_limit} is above the profile's {max_output}"
-            )
+        timeout, cap = checked_limits(timeout, output_limit, *self._limits())
         data = stdin.encode() if isinstance(stdin, str) else stdin
-        return self._run_supervised(
-            timeout or max_timeout, output_limit or max_output, argv, stdin=data, env=env, cwd=cwd
-        )
+        return self._run_supervised(timeout, cap, argv, stdin=data, env=env, cwd=cwd)
 
     def _run_supervised(
         self,
@@ -754,6 +747,25 @@ class Sandbox:
                 raise ProcessNotFound(message)
             raise ExecTransportError(f"{args[0]} failed (exit {code}): {message[-500:]}")
         return bytes(stdout)
+
+
+def checked_limits(
+    timeout: float | None, output_limit: int | None, max_timeout: float, max_output: int
+) -> tuple[float, int]:
+    """A call's (timeout, output cap): the profile's, or lower; never higher, never nonsense."""
+    if timeout is None:
+        timeout = max_timeout
+    elif not (isinstance(timeout, int | float) and math.isfinite(timeout) and timeout > 0):
+        raise InvalidArgument(f"timeout must be a positive number of seconds, not {timeout!r}")
+    elif timeout > max_timeout:
+        raise InvalidArgument(f"timeout {timeout}s is above the profile's {max_timeout:.0f}s")
+    if output_limit is None:
+        output_limit = max_output
+    elif isinstance(output_limit, bool) or not isinstance(output_limit, int) or output_limit < 0:
+        raise InvalidArgument(f"output_limit must be a whole number of bytes, not {output_limit!r}")
+    elif output_limit > max_output:
+        raise InvalidArgument(f"output_limit {output_limit} is above the profile's {max_output}")
+    return float(timeout), output_limit
 
 
 def _env_pairs(env: Mapping[str, str] | None) -> builtins.list[str]:
