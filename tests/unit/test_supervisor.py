@@ -7,6 +7,7 @@ logic, fast and without a cluster.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -220,12 +221,21 @@ def test_the_command_tree_ends_when_the_caller_stops_reading(
     command = [*prefix, "run", "60", str(1 << 30), "0", "", "--", "sh", "-c", script]
     process = subprocess.Popen(command, stdout=subprocess.PIPE, start_new_session=True)
     assert process.stdout is not None
-    process.stdout.read(4096)
-    process.stdout.close()
-    assert process.wait(timeout=15) == 120
-    for pid in (int(line) for line in pids.read_text().split()):
-        try:
-            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-        except FileNotFoundError:
-            continue
-        assert state == "Z", f"{pid} outlived its supervisor's caller (state {state})"
+    survivors = []
+    try:
+        process.stdout.read(4096)
+        process.stdout.close()
+        assert process.wait(timeout=15) == 120
+        for pid in (int(line) for line in pids.read_text().split()):
+            try:
+                state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+            except FileNotFoundError:
+                continue
+            if state != "Z":
+                survivors.append(pid)
+    finally:
+        # A supervisor that fails this test must not leave a busy loop on the machine.
+        for pid in (int(line) for line in pids.read_text().split()) if pids.exists() else ():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, 9)
+    assert not survivors, f"{survivors} outlived their supervisor's caller"
