@@ -121,6 +121,13 @@ def _watched_operator() -> tuple[FakeKube, Reconciler, Watched, SandboxCache]:
     return kube, reconciler, watched, cache
 
 
+def _ready(cache: SandboxCache, name: str = "demo") -> tuple[str, str]:
+    """(status, reason) of the cached Sandbox's Ready condition, as the status patch left it."""
+    sandbox = cache.get("team-a", name)
+    assert sandbox is not None
+    return metrics.ready_of(sandbox.conditions)
+
+
 def _cached(cache: SandboxCache, name: str = "demo") -> Sandbox:
     sandbox = cache.upsert(sandbox_body(name=name))
     assert sandbox is not None
@@ -182,9 +189,7 @@ def test_a_missing_runtime_class_is_asked_about_once_then_remembered() -> None:
     calls = kube.take()
     assert calls.count(("GET", "/apis/node.k8s.io/v1/runtimeclasses/gvisor")) == 1
     assert not any(method == "POST" and "/pods" in target for method, target in calls)
-    settled = cache.get("team-a", "s0")
-    assert settled is not None
-    assert metrics.ready_of(settled.conditions) == ("False", "RuntimeUnavailable")
+    assert _ready(cache, "s0") == ("False", "RuntimeUnavailable")
 
 
 def test_a_pod_name_taken_by_another_owner_is_reported_not_adopted() -> None:
@@ -197,9 +202,7 @@ def test_a_pod_name_taken_by_another_owner_is_reported_not_adopted() -> None:
     }
     reconciler.reconcile(sandbox, "sandbox")
     assert kube.take()[:2] == [("POST", pods), ("GET", f"{pods}/{pod_name(sandbox)}")]
-    reported = cache.get("team-a", "demo")
-    assert reported is not None
-    assert metrics.ready_of(reported.conditions)[0] == "False"
+    assert _ready(cache)[0] == "False"
 
 
 def _pod_owned_by(sandbox: Sandbox, owner: dict[str, Any]) -> dict[str, Any]:
@@ -222,9 +225,7 @@ def test_the_pod_of_a_deleted_namesake_is_removed_not_reported_as_a_conflict() -
     reconciler.reconcile(sandbox, "sandbox")
     pod_path = f"/api/v1/namespaces/team-a/pods/{pod_name(sandbox)}"
     assert ("DELETE", pod_path) in kube.take()
-    waiting = cache.get("team-a", "demo")
-    assert waiting is not None
-    assert metrics.ready_of(waiting.conditions) == ("False", "PodPending")
+    assert _ready(cache) == ("False", "PodPending")
 
 
 def test_a_pod_of_another_owner_is_a_conflict_and_is_left_alone() -> None:
@@ -235,9 +236,7 @@ def test_a_pod_of_another_owner_is_a_conflict_and_is_left_alone() -> None:
     )
     reconciler.reconcile(sandbox, "sandbox")
     assert not any(method == "DELETE" for method, _ in kube.take())
-    reported = cache.get("team-a", "demo")
-    assert reported is not None
-    assert metrics.ready_of(reported.conditions) == ("False", "PodConflict")
+    assert _ready(cache) == ("False", "PodConflict")
 
 
 def test_a_pending_pod_is_looked_at_again_later_not_on_a_timer() -> None:
