@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import hashlib
+import os
 import socket
 import subprocess
 import sys
@@ -99,6 +101,30 @@ def test_stdin_env_and_cwd(box: Sandbox) -> None:
         cwd="/tmp",
     )
     assert result.stdout == b"from stdin\nhello\n/tmp\n"
+
+
+def test_stdin_flows_in_while_output_flows_out(box: Sandbox) -> None:
+    # One thread writes the exec stream while another reads it, for 16 MiB.
+    payload = os.urandom(16 << 20)
+    echo_as_it_reads = (
+        "import hashlib, sys\n"
+        "h = hashlib.sha256()\n"
+        "for block in iter(lambda: sys.stdin.buffer.read1(65536), b''):\n"
+        "    h.update(block); sys.stdout.buffer.write(b'.'); sys.stdout.flush()\n"
+        "print(h.hexdigest())\n"
+    )
+    result = box.exec(["python3", "-c", echo_as_it_reads], stdin=payload, timeout=60)
+    assert result.exit_code == 0, result.stderr
+    dots, _, digest = result.stdout.rpartition(b"\n")[0].rpartition(b".")
+    assert digest.decode() == hashlib.sha256(payload).hexdigest()
+    assert len(dots) >= 16, result.stdout[:100]
+
+
+def test_every_exec_with_stdin_returns_its_verdict(box: Sandbox) -> None:
+    # Two threads on one TLS connection once lost about one exec stream in forty.
+    for i in range(120):
+        result = box.exec(["sh", "-c", "cat; exit 7"], stdin=f"{i}".encode() * 500)
+        assert (result.exit_code, result.stdout) == (7, f"{i}".encode() * 500), i
 
 
 def test_command_not_found_is_127_with_a_message(box: Sandbox) -> None:

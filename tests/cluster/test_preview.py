@@ -316,6 +316,17 @@ def test_a_link_for_another_sandbox_uid_is_404_and_nothing_listening_is_502(
     assert b"connect 127.0.0.1:8001" in body
 
 
+def test_every_new_tunnel_says_why_nothing_answered(
+    box: Sandbox, proxy: dict[str, str], link: str
+) -> None:
+    # Each request opens a tunnel whose exec is written while it is read: the relay's
+    # own message must come back every time, never a stream that just ended.
+    path = urlsplit(box.preview_url(APP_PORT + 1)).path
+    for i in range(60):
+        status, body = _get(proxy["service"], path)
+        assert (status, b"connect 127.0.0.1:8001" in body) == (502, True), (i, body)
+
+
 def test_an_old_link_never_reaches_a_namesake_made_after_it(
     client: Client, proxy: dict[str, str]
 ) -> None:
@@ -414,7 +425,8 @@ def test_the_command_line_prints_a_working_link(
     )
     url = json.loads(out.stdout)["url"]
     assert url.startswith("http://openblox-preview.openblox-system.svc/p/v1.")
-    assert _get(proxy["service"], urlsplit(url).path + "hello")[0] == 200
+    status, body = _get(proxy["service"], urlsplit(url).path + "hello")
+    assert status == 200, body
 
 
 def test_the_proxy_runs_unprivileged_and_can_only_read_and_exec(

@@ -18,6 +18,7 @@ from urllib.parse import urlencode
 
 import websocket
 
+from openblox.client.duplex_tls import DuplexTLSSocket
 from openblox.client.errors import ExecTransportError
 
 PROTOCOL = "v5.channel.k8s.io"
@@ -84,18 +85,24 @@ class ExecSocket:
             connection.host.replace("https://", "wss://", 1).replace("http://", "ws://", 1)
             + f"/api/v1/namespaces/{namespace}/pods/{pod}/exec?{urlencode(query)}"
         )
+        tls: DuplexTLSSocket | None = None
         try:
+            # wss: our own TLS layer, which one thread may write while another reads.
+            if url.startswith("wss://"):
+                tls = DuplexTLSSocket.connect(url, connection.sslopt, timeout)
             self._socket = websocket.create_connection(
                 url,
                 header=list(connection.headers),
                 subprotocols=[PROTOCOL],
-                sslopt=connection.sslopt,
                 timeout=timeout,
                 enable_multithread=True,
+                socket=tls,
             )
         except websocket.WebSocketBadStatusException as error:
+            _close_quietly(tls)
             raise ExecTransportError(_describe_refusal(error), error.status_code) from error
         except (OSError, websocket.WebSocketException) as error:
+            _close_quietly(tls)
             raise ExecTransportError(
                 f"could not open exec to {namespace}/{pod}: {error}"
             ) from error
@@ -153,3 +160,9 @@ def _describe_refusal(error: websocket.WebSocketBadStatusException) -> str:
     except ValueError:
         message = body.decode("utf-8", "replace")
     return f"exec refused ({error.status_code}): {message}".rstrip(": ")
+
+
+def _close_quietly(tls: DuplexTLSSocket | None) -> None:
+    if tls is not None:
+        with contextlib.suppress(OSError):
+            tls.close()

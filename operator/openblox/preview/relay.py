@@ -84,6 +84,7 @@ class Tunnel(io.RawIOBase):
         self._eof = False
         self._stderr = bytearray()
         self._status = b""
+        self._broken = ""
         self.received = 0
         self.read_timeout = 300.0
         self._reader = threading.Thread(target=self._pump, daemon=True, name="tunnel-reader")
@@ -104,8 +105,8 @@ class Tunnel(io.RawIOBase):
                     self._stderr += frame.data[:4096]
                 elif frame.channel == ERROR:
                     self._status = frame.data
-        except (ExecTransportError, TimeoutError):
-            pass
+        except (ExecTransportError, TimeoutError) as error:
+            self._broken = str(error) or type(error).__name__
         finally:
             with self._cond:
                 self._eof = True
@@ -117,7 +118,13 @@ class Tunnel(io.RawIOBase):
             return self._eof and not self._chunks
 
     def diagnostics(self) -> str:
-        return self._stderr.decode("utf-8", "replace").strip()
+        """What the relay said on stderr, else how its exec ended (status or broken stream)."""
+        said = self._stderr.decode("utf-8", "replace").strip()
+        if said:
+            return said
+        if self._broken:
+            return f"the exec stream broke: {self._broken}"
+        return self._status.decode("utf-8", "replace").strip()
 
     def readable(self) -> bool:
         return True
