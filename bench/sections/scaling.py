@@ -278,6 +278,12 @@ def run(ctx: Any, *sections: Section) -> None:
             scaling, ramp, points, operator_start, stopped, live, ramp_seconds, teardown, target
         )
         record_caps(scaling, capacity, ramp.reserve_cpu)
+    if not points:
+        # Nothing was measured: the tables above say why, and the run must not read "ok".
+        for section in (memory, scaling):
+            if section is not None:
+                section.status = "failed"
+                section.error = f"no checkpoint was reached: {stopped or 'see the notes'}"
 
 
 def measure(
