@@ -9,7 +9,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from bench.results import Figure, Run, Section
+from bench.results import Figure, Run, Section, machine_line
 
 
 def fmt(value: Any) -> str:
@@ -68,6 +68,8 @@ def _table(columns: list[str], rows: list[list[Any]]) -> list[str]:
     return lines
 
 
+PLOTS_MISSING = "matplotlib is not installed in this environment"
+
 FIGURE_COLUMNS = [
     "figure",
     "unit",
@@ -115,6 +117,19 @@ def markdown(run: Run) -> str:
         "it; read figures from sections with high load with that in mind.",
         "",
     ]
+    elsewhere = sorted(
+        s.name
+        for s in run.sections.values()
+        if s.machine and s.machine != machine_line(run.machine)
+    )
+    if elsewhere:
+        names = ", ".join(f"`{name}`" for name in elsewhere)
+        lines += [
+            f"This table is the machine of the latest (partial) run. Sections {names} come "
+            "from an earlier run on another machine of the same kind, named beside each; "
+            "compare ratios within a section, not raw figures across sections.",
+            "",
+        ]
     if run.notes:
         lines += ["Notes on the run:", "", *[f"- {note}" for note in run.notes], ""]
 
@@ -159,6 +174,7 @@ def _section_markdown(section: Section, figures: dict[str, Figure]) -> list[str]
         f"`{section.name}`: {section.status}"
         + (f", {fmt(section.seconds)} s" if section.seconds is not None else "")
         + (f", started {section.started}" if section.started else "")
+        + (f", on {section.machine}" if section.machine else "")
         + f"; {load}.",
         "",
     ]
@@ -197,8 +213,8 @@ def draw_plots(run: Run, out: Path) -> str | None:
         import matplotlib.pyplot as plt
     except ImportError:
         return (
-            "matplotlib is not installed in this environment, so no plots were drawn "
-            "(install it with `.venv/bin/pip install matplotlib` and run again)"
+            f"{PLOTS_MISSING}, so no plots were drawn "
+            "(`make install` puts it in .venv with the bench extras; then run again)"
         )
     for section in run.sections.values():
         if section.status in ("not run",):
@@ -259,7 +275,8 @@ def write(run: Run, out: Path, *, plots: bool = True) -> None:
     out.mkdir(parents=True, exist_ok=True)
     if plots:
         problem = draw_plots(run, out)
-        if problem and problem not in run.notes:
+        run.notes = [note for note in run.notes if not note.startswith(PLOTS_MISSING)]
+        if problem:
             run.notes.append(problem)
             print(f"[bench] {problem}", file=sys.stderr)
     (out / "results.json").write_text(json.dumps(run.to_dict(), indent=1, default=str) + "\n")

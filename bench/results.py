@@ -62,6 +62,8 @@ class Section:
     seconds: float | None = None
     load_before: list[float] = field(default_factory=list)
     load_after: list[float] = field(default_factory=list)
+    machine: str | None = None
+    """Where the section ran (`machine_line`): a partial run keeps older sections."""
 
     def figure(
         self,
@@ -127,3 +129,11 @@ class Run:
             "notes": self.notes,
             "sections": {name: s.to_dict() for name, s in self.sections.items()},
         }
+
+
+def machine_line(machine: dict[str, Any]) -> str:
+    """The machine in one line, to stand beside each section's figures."""
+    return (
+        f"{machine.get('cpu_model') or 'unknown CPU'}, {machine.get('nproc')} cores, "
+        f"kernel {machine.get('kernel')}"
+    )

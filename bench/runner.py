@@ -16,7 +16,7 @@ from types import FrameType, ModuleType
 from typing import Any
 
 from bench import env, report
-from bench.results import Run, Section
+from bench.results import Run, Section, machine_line
 from bench.sections import (
     client_library,
     cluster_up,
@@ -173,6 +173,7 @@ def _timed(ctx: Context, sections: list[Section]) -> Iterator[None]:
         section.load_before = env.loadavg()
         section.status = "running"
         section.error = None
+        section.machine = machine_line(ctx.run.machine)
         ctx.log(f"section {section.name}: load {section.load_before}")
     try:
         yield
@@ -224,7 +225,7 @@ def main(argv: list[str] | None = None) -> int:
         run.started = previous.get("started") or run.started
         run.notes = previous.get("notes") or []
         for name, data in (previous.get("sections") or {}).items():
-            run.sections[name] = _section_from(data)
+            run.sections[name] = _section_from(data, previous)
         run.finished, run.seconds = previous.get("finished"), previous.get("seconds")
         report.write(run, out, plots=not args.no_plots)
         return 0
@@ -238,7 +239,7 @@ def main(argv: list[str] | None = None) -> int:
         run.notes.extend(previous.get("notes") or [])
         for name, data in (previous.get("sections") or {}).items():
             if name not in selected:
-                run.sections[name] = _section_from(data)
+                run.sections[name] = _section_from(data, previous)
 
     def write() -> None:
         run.finished = env.now_iso()
@@ -293,7 +294,7 @@ def _cluster_problem(ctx: Context) -> str | None:
         return f"cannot reach the cluster: {error}"
 
 
-def _section_from(data: dict[str, Any]) -> Section:
+def _section_from(data: dict[str, Any], previous: dict[str, Any]) -> Section:
     from bench.results import Figure
 
     section = Section(data["name"], data["title"])
@@ -308,8 +309,12 @@ def _section_from(data: dict[str, Any]) -> Section:
         "seconds",
         "load_before",
         "load_after",
+        "machine",
     ):
         setattr(section, key, data.get(key, getattr(section, key)))
+    if not section.machine and previous.get("machine"):
+        # Results from before sections named their machine ran on the run's one.
+        section.machine = machine_line(previous["machine"])
     for figure in data.get("figures", []):
         section.figures.append(
             Figure(
