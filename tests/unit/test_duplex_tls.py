@@ -4,66 +4,45 @@ the ends of a connection read as they do on an SSLSocket."""
 
 from __future__ import annotations
 
-import datetime
 import hashlib
-import ipaddress
 import os
 import re
 import socket
 import ssl
+import sys
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
 
 from openblox.client.duplex_tls import DuplexTLSSocket, client_context
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "cluster"))
+import pki
 
 pytestmark = pytest.mark.timeout(60)
 
 
-def _write_certificate(directory: Path) -> tuple[Path, Path]:
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "loopback")])
-    now = datetime.datetime.now(datetime.UTC)
-    certificate = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + datetime.timedelta(hours=1))
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .add_extension(
-            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
-            critical=False,
-        )
-        .sign(key, hashes.SHA256())
+def _server_certificate(directory: Path) -> tuple[Path, Path, Path]:
+    """(CA, server certificate, key) for 127.0.0.1, made as the embedded cluster's are."""
+    ca, ca_key = pki.ensure_ca(directory)
+    pki.ensure_leaf(
+        directory,
+        pki.Leaf("server", "loopback", None, (pki.SERVER,), (), ("127.0.0.1",)),
+        ca,
+        ca_key,
     )
-    cert_path, key_path = directory / "server.crt", directory / "server.key"
-    cert_path.write_bytes(certificate.public_bytes(serialization.Encoding.PEM))
-    key_path.write_bytes(
-        key.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.PKCS8,
-            serialization.NoEncryption(),
-        )
-    )
-    return cert_path, key_path
+    return directory / "ca.crt", directory / "server.crt", directory / "server.key"
 
 
 class _Server:
     """A TLS server on 127.0.0.1 that runs `handle` on each accepted connection."""
 
     def __init__(self, directory: Path, handle: Callable[[ssl.SSLSocket], None]) -> None:
-        self.cert, key = _write_certificate(directory)
+        self.ca, cert, key = _server_certificate(directory)
         context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        context.load_cert_chain(self.cert, key)
+        context.load_cert_chain(cert, key)
         self._listener = socket.create_server(("127.0.0.1", 0))
         self.port = self._listener.getsockname()[1]
         self._context, self._handle = context, handle
@@ -105,7 +84,7 @@ def echo_server(tmp_path: Path) -> Iterator[_Server]:
 
 
 def test_bytes_written_by_one_thread_come_back_exact_to_another(echo_server: _Server) -> None:
-    tls = DuplexTLSSocket.connect(echo_server.url(), {"ca_certs": str(echo_server.cert)}, 10)
+    tls = DuplexTLSSocket.connect(echo_server.url(), {"ca_certs": str(echo_server.ca)}, 10)
     tls.settimeout(30)
     payload = os.urandom(24 << 20)
     sent = hashlib.sha256(payload).hexdigest()
@@ -141,7 +120,7 @@ def test_a_server_that_does_not_read_cannot_stall_the_reader(tmp_path: Path) -> 
         tls.sendall(f"{got}".encode())
 
     server = _Server(tmp_path, flood_then_drain)
-    tls = DuplexTLSSocket.connect(server.url(), {"ca_certs": str(server.cert)}, 10)
+    tls = DuplexTLSSocket.connect(server.url(), {"ca_certs": str(server.ca)}, 10)
     tls.settimeout(30)
     writer = threading.Thread(target=lambda: tls.send(b"c" * size))
     writer.start()
@@ -160,7 +139,7 @@ def test_the_end_of_the_connection_reads_as_empty(tmp_path: Path) -> None:
         tls.sendall(b"bye")
 
     server = _Server(tmp_path, say_and_close)
-    tls = DuplexTLSSocket.connect(server.url(), {"ca_certs": str(server.cert)}, 10)
+    tls = DuplexTLSSocket.connect(server.url(), {"ca_certs": str(server.ca)}, 10)
     tls.settimeout(10)
     assert tls.recv(10) == b"bye"
     assert tls.recv(10) == b""
@@ -171,7 +150,7 @@ def test_the_end_of_the_connection_reads_as_empty(tmp_path: Path) -> None:
 def test_a_read_waits_no_longer_than_the_timeout(tmp_path: Path) -> None:
     quiet = threading.Event()
     server = _Server(tmp_path, lambda tls: quiet.wait(10) and None)
-    tls = DuplexTLSSocket.connect(server.url(), {"ca_certs": str(server.cert)}, 10)
+    tls = DuplexTLSSocket.connect(server.url(), {"ca_certs": str(server.ca)}, 10)
     tls.settimeout(0.2)
     with pytest.raises(TimeoutError):
         tls.recv(10)
@@ -182,13 +161,15 @@ def test_a_read_waits_no_longer_than_the_timeout(tmp_path: Path) -> None:
 
 def test_an_unknown_issuer_is_refused(echo_server: _Server, tmp_path: Path) -> None:
     (tmp_path / "other").mkdir()
-    other, _ = _write_certificate(tmp_path / "other")  # a CA that did not sign the server
+    pki.ensure_ca(tmp_path / "other")  # a CA that did not sign the server
     with pytest.raises(ssl.SSLCertVerificationError):
-        DuplexTLSSocket.connect(echo_server.url(), {"ca_certs": str(other)}, 10)
+        DuplexTLSSocket.connect(
+            echo_server.url(), {"ca_certs": str(tmp_path / "other" / "ca.crt")}, 10
+        )
 
 
 def test_a_wrong_server_name_is_refused(echo_server: _Server) -> None:
-    opts = {"ca_certs": str(echo_server.cert), "server_hostname": "api.example.invalid"}
+    opts = {"ca_certs": str(echo_server.ca), "server_hostname": "api.example.invalid"}
     with pytest.raises(ssl.SSLCertVerificationError, match=re.escape("api.example.invalid")):
         DuplexTLSSocket.connect(echo_server.url(), opts, 10)
 

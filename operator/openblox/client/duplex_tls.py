@@ -77,9 +77,7 @@ class DuplexTLSSocket:
                     done = True
                 except ssl.SSLWantReadError:
                     done = False
-                pending = self._outgoing.read()
-            if pending:
-                self._raw.sendall(pending)
+            self._send_records()
             if done:
                 return
             data = self._raw.recv(READ_BYTES)
@@ -94,8 +92,7 @@ class DuplexTLSSocket:
         with self._sending:
             with self._state:
                 self._tls.write(data)
-                records = self._outgoing.read()
-            self._raw.sendall(records)
+            self._send_records()
         return len(data)
 
     def sendall(self, data: bytes) -> None:
@@ -127,11 +124,17 @@ class DuplexTLSSocket:
         is busy: it will send those bytes, in order, with its own."""
         if self._outgoing.pending and self._sending.acquire(blocking=False):
             try:
-                with self._state:
-                    records = self._outgoing.read()
-                self._raw.sendall(records)
+                self._send_records()
             finally:
                 self._sending.release()
+
+    def _send_records(self) -> None:
+        """Sends what OpenSSL has made; the caller is the one writer (holds `_sending`,
+        or is still in the handshake)."""
+        with self._state:
+            records = self._outgoing.read()
+        if records:
+            self._raw.sendall(records)
 
     def _wait_readable(self) -> None:
         if self._raw.fileno() == -1:
