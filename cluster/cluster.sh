@@ -106,7 +106,15 @@ start() {
   local name=$1; shift
   if running "$name"; then return; fi
   log "starting $name"
-  setsid "$@" >>"$STATE/logs/$name.log" 2>&1 </dev/null &
+  (
+    # A daemon keeps no descriptor of its caller's: one that held a `flock` would keep
+    # that lock taken for as long as the daemon lives.
+    for fd in /proc/self/fd/*; do
+      fd=${fd##*/}
+      if ((fd > 2)); then eval "exec $fd>&-" 2>/dev/null || true; fi
+    done
+    exec setsid "$@" >>"$STATE/logs/$name.log" 2>&1 </dev/null
+  ) &
   echo $! >"$(pidfile "$name")"
 }
 
