@@ -29,6 +29,9 @@ SERVICE_CIDR=10.96.0.0/16
 SERVICE_IP=10.96.0.1
 CLUSTER_CIDR=10.244.0.0/16
 POD_SUBNET=10.244.0.0/22
+# The label the gvisor RuntimeClass schedules on (runtimeclasses/gvisor.yaml): this node
+# has gVisor.
+GVISOR_NODE_LABEL=openblox.sh/gvisor
 # Start order; `down` stops in reverse.
 COMPONENTS=(containerd etcd kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy kube-router)
 
@@ -378,6 +381,8 @@ cmd_up() {
       stop containerd
       start_containerd
     fi
+    # A node started before the gvisor RuntimeClass had a node selector lacks the label.
+    kubectl_admin label node "$NODE_NAME" "$GVISOR_NODE_LABEL=true" --overwrite >/dev/null
     log "already running; nothing to do"
     cmd_env
     return
@@ -450,7 +455,8 @@ cmd_up() {
 
   start kubelet "$BIN/kubelet" --config "$STATE/config/kubelet.yaml" \
     --kubeconfig "$STATE/kubelet.kubeconfig" --root-dir "$KUBELET_ROOT" \
-    --hostname-override "$NODE_NAME" --node-ip "$ip"
+    --hostname-override "$NODE_NAME" --node-ip "$ip" \
+    --node-labels "$GVISOR_NODE_LABEL=true"
 
   start kube-proxy "$BIN/kube-proxy" --config "$STATE/config/kube-proxy.yaml"
 

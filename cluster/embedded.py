@@ -26,6 +26,7 @@ OPERATOR_DEPLOYMENT = "openblox-operator"
 PREVIEW_DEPLOYMENT = "openblox-preview"
 PREVIEW_KEYS_SECRET = "openblox-preview-keys"
 DEMO_NAMESPACE = "openblox-demo"
+GVISOR_NODE_LABEL = "openblox.sh/gvisor"
 
 
 def kubectl(
@@ -123,6 +124,9 @@ def install_operator(kubeconfig: str) -> None:
             check=True,
             env={**os.environ, "PYTHON": sys.executable},
         )
+        # Its one node has gVisor: the label the gvisor RuntimeClass schedules on, also
+        # on a node started before the RuntimeClass had a node selector.
+        kubectl(kubeconfig, "label", "nodes", "--all", f"{GVISOR_NODE_LABEL}=true", "--overwrite")
     kubectl(
         kubeconfig, "apply", "--server-side", "--force-conflicts", "-k", str(REPO / "manifests")
     )

@@ -13,6 +13,7 @@ from openblox.builders import (
     compute_conditions,
     status_changed,
 )
+from openblox.builders.conditions import unschedulable_runtime
 from openblox.lifetime import Expiry
 from openblox.models import ProfileNotFound
 from openblox.names import Reason
@@ -326,3 +327,48 @@ def test_a_running_pod_is_not_ready_until_its_boundary_is_seen() -> None:
     assert summary(unconfirmed) == ("Unknown", Reason.RUNTIME_NOT_CHECKED)
     message = by_type(compute_conditions(unconfirmed, 1, [], NOW))["RuntimeAvailable"]["message"]
     assert "gvisor boundary inside it is not confirmed yet" in message
+
+
+def _pending_pod(reason: str, message: str) -> dict[str, Any]:
+    return {
+        "spec": {"runtimeClassName": "gvisor"},
+        "status": {
+            "phase": "Pending",
+            "conditions": [
+                {"type": "PodScheduled", "status": "False", "reason": reason, "message": message}
+            ],
+        },
+    }
+
+
+def test_a_pod_no_gvisor_node_can_take_is_a_runtime_problem() -> None:
+    message = (
+        "0/3 nodes are available: 1 node(s) had untolerated taint "
+        "{node.kubernetes.io/unreachable: }, 2 node(s) didn't match Pod's node "
+        "affinity/selector. preemption: 0/3 nodes are available."
+    )
+
+    problem = unschedulable_runtime(_pending_pod("Unschedulable", message))
+
+    assert problem == f"no node with gvisor can take the pod: {message}"
+
+
+@pytest.mark.parametrize(
+    ("reason", "message"),
+    [
+        # Full nodes that all have the runtime: the pod waits for room, as any pod does.
+        ("Unschedulable", "0/2 nodes are available: 2 Insufficient memory."),
+        # Not yet looked at by the scheduler.
+        ("SchedulingGated", "Scheduling is blocked due to non-empty scheduling gates"),
+    ],
+)
+def test_other_scheduling_waits_are_not_runtime_problems(reason: str, message: str) -> None:
+    assert unschedulable_runtime(_pending_pod(reason, message)) is None
+
+
+def test_a_scheduled_pod_has_no_runtime_scheduling_problem() -> None:
+    pod = {
+        "status": {"phase": "Running", "conditions": [{"type": "PodScheduled", "status": "True"}]}
+    }
+
+    assert unschedulable_runtime(pod) is None

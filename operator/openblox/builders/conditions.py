@@ -95,6 +95,31 @@ class PodState:
         )
 
 
+# The scheduler's words for nodes a pod's node selector rules out. The pod builder sets no
+# selector of its own: the one there comes from the RuntimeClass's `scheduling` (only
+# nodes labelled as having the runtime).
+_SELECTOR_MISMATCH = "didn't match Pod's node affinity/selector"
+
+
+def unschedulable_runtime(pod: Mapping[str, Any]) -> str | None:
+    """Why no node that has the pod's runtime can take it, or None.
+
+    Set when the scheduler found the pod Unschedulable and ruled nodes out by the
+    RuntimeClass's node selector: the nodes left (if any) could not take it either.
+    The pod is kept, so it is placed as soon as a node with the runtime can take it.
+    """
+    for condition in (pod.get("status") or {}).get("conditions") or []:
+        if (
+            condition.get("type") == "PodScheduled"
+            and condition.get("status") == "False"
+            and condition.get("reason") == "Unschedulable"
+            and _SELECTOR_MISMATCH in (condition.get("message") or "")
+        ):
+            runtime = (pod.get("spec") or {}).get("runtimeClassName") or "its runtime"
+            return f"no node with {runtime} can take the pod: {condition['message']}"
+    return None
+
+
 @dataclass(frozen=True, slots=True)
 class Observation:
     """Everything the operator saw in one reconcile; None means not (yet) observed."""

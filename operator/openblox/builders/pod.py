@@ -86,6 +86,12 @@ KUBELET_SERVICE_VARIABLES = (
 )
 
 
+# How long a sandbox pod stays bound to a node that stopped answering (after the node
+# lifecycle controller marks it, about 40 s): short, because a sandbox on a lost node is
+# gone for its caller anyway.
+NODE_LOSS_TOLERATION_SECONDS = 10
+
+
 def build_pod(sandbox: Sandbox, profile: Profile) -> dict[str, Any]:
     """The complete Pod manifest; raises LifetimeTooLong if the Sandbox outlives its profile."""
     resources = profile.resources
@@ -116,6 +122,17 @@ def build_pod(sandbox: Sandbox, profile: Profile) -> dict[str, Any]:
             "hostPID": False,
             "hostIPC": False,
             "hostname": sandbox.name,
+            # A lost node: the pod is evicted after this, not Kubernetes' default 300 s,
+            # so the Sandbox reports the loss and gets a pod on another node in time.
+            "tolerations": [
+                {
+                    "key": taint,
+                    "operator": "Exists",
+                    "effect": "NoExecute",
+                    "tolerationSeconds": NODE_LOSS_TOLERATION_SECONDS,
+                }
+                for taint in ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable")
+            ],
             "dnsPolicy": "None",
             # The API server requires a nameserver with dnsPolicy None. Loopback is the
             # pod's own network namespace and nothing listens there, so lookups fail at

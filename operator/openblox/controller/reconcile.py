@@ -21,7 +21,13 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
-from openblox.builders.conditions import Observation, PodState, Problem, status_changed
+from openblox.builders.conditions import (
+    Observation,
+    PodState,
+    Problem,
+    status_changed,
+    unschedulable_runtime,
+)
 from openblox.builders.network_policy import build_network_policy
 from openblox.builders.pod import build_pod, is_left_by_namesake, is_owned_by, pod_name
 from openblox.builders.status import build_status, status_patch
@@ -210,7 +216,7 @@ class Reconciler:
             self._replace_dead_pod(sandbox, pod, state, ended)
             denials = (ended,) if ended else ()
             return replace(base, runtime_available=True, pod=state, denials=denials), profile, pod
-        sandbox_failure = self._sandbox_creation_failure(pod, now)
+        sandbox_failure = unschedulable_runtime(pod) or self._sandbox_creation_failure(pod, now)
         if sandbox_failure:
             self._events.record(_sandbox_ref(sandbox), Reason.RUNTIME_UNAVAILABLE, sandbox_failure)
             return (
