@@ -1,9 +1,10 @@
 """A private dockerd for the `docker run --runtime runsc` baseline (openblox's own path).
 
-Docker comes from Debian's docker.io package. The daemon started here has its own data
-root, exec root and socket, no bridge and no iptables rules, so it cannot touch the
-cluster's containerd, CNI bridge or kube-proxy/kube-router chains. Its runsc is the node's
-gVisor build, always with networking off, on systrap like the cluster's handler.
+Docker comes from Debian's docker.io package, started by cluster/docker.sh (the one way
+the project starts dockerd, shared with kind): its own data root, exec root and socket, no
+bridge and no iptables rules, so it cannot touch the cluster's containerd, CNI bridge or
+kube-proxy/kube-router chains. Its runsc is the node's gVisor build, always with
+networking off, on systrap like the cluster's handler.
 """
 
 from __future__ import annotations
@@ -12,16 +13,16 @@ import contextlib
 import json
 import shutil
 import subprocess
-import time
 from pathlib import Path
 from typing import Any
 
 from bench import env
 
-SOCKET = env.BENCH_RUN / "docker.sock"
-WRAPPER = env.BENCH_STATE / "runsc-docker"
-CONFIG = env.BENCH_STATE / "daemon.json"
-LOG = env.BENCH_STATE / "dockerd.log"
+# The project's one dockerd (cluster/docker.sh): its own data root and socket, no bridge,
+# no iptables rules, and a runsc runtime (the node's gVisor, networking off, systrap).
+DOCKER_SCRIPT = env.REPO / "cluster" / "docker.sh"
+# Debian's CLI speaks the daemon's API; a newer `docker` first on PATH may not.
+DOCKER_CLI = "/usr/bin/docker"
 
 # openblox's own `docker run` flags: the same restrictions its Go library asks Docker for.
 OPENBLOX_FLAGS = [
@@ -45,22 +46,6 @@ OPENBLOX_FLAGS = [
     "--init",
 ]
 
-_WRAPPER_TEXT = """#!/bin/sh
-# runsc for the benchmark's private dockerd: networking off, systrap (as the cluster's).
-# `start` output goes through a file: runsc leaves a gofer holding the shim's pipe open.
-set -- --network=none --platform=systrap "$@"
-case " $* " in
-  *" start "*)
-    out=$(mktemp -p {run} runsc-start.XXXXXX)
-    {runsc} "$@" >"$out" 2>&1
-    status=$?
-    cat "$out"
-    rm -f "$out"
-    exit $status ;;
-esac
-exec {runsc} "$@"
-"""
-
 
 def _iptables_rules() -> int | None:
     try:
@@ -70,21 +55,29 @@ def _iptables_rules() -> int | None:
     return sum(1 for line in out.stdout.splitlines() if line.startswith(b"-A"))
 
 
+def _docker_script(command: str) -> str:
+    """cluster/docker.sh COMMAND; its DOCKER_HOST (from the export line it prints)."""
+    out = env.run([str(DOCKER_SCRIPT), command], timeout=120).stdout.decode()
+    for line in out.splitlines():
+        if line.startswith("export DOCKER_HOST="):
+            return line.removeprefix("export DOCKER_HOST=")
+    raise RuntimeError(f"cluster/docker.sh {command} printed no DOCKER_HOST: {out!r}")
+
+
 class Docker:
     def __init__(self) -> None:
         self.problem: str | None = None
         self.notes: list[str] = []
-        self._process: subprocess.Popen[bytes] | None = None
+        self.host = _docker_script("env")
+        self._started = False
 
     def argv(self, *args: str) -> list[str]:
-        return ["docker", "-H", f"unix://{SOCKET}", *args]
+        return [DOCKER_CLI, "-H", self.host, *args]
 
     def run(self, *args: str, timeout: float = 120, stdin: bytes | None = None) -> bytes:
         return env.run(self.argv(*args), timeout=timeout, stdin=stdin).stdout
 
     def _answers(self) -> bool:
-        if not SOCKET.exists():
-            return False
         try:
             env.run(self.argv("version", "--format", "{{.Server.Version}}"), timeout=10)
         except (RuntimeError, OSError, subprocess.TimeoutExpired):
@@ -92,48 +85,20 @@ class Docker:
         return True
 
     def start(self) -> bool:
-        """Starts (or reuses) the private dockerd; False with .problem set if it cannot."""
-        if shutil.which("dockerd") is None or shutil.which("docker") is None:
+        """Starts (or reuses) the project's dockerd; False with .problem set if it cannot."""
+        if shutil.which("dockerd") is None or not Path(DOCKER_CLI).exists():
             self.problem = (
-                "Docker is not installed: `apt-get install --no-install-recommends docker.io` "
-                "(Debian's package) provides it"
+                "Docker is not installed: `cluster/docker.sh install` installs Debian's docker.io"
             )
             return False
-        env.BENCH_STATE.mkdir(parents=True, exist_ok=True)
-        env.BENCH_RUN.mkdir(parents=True, exist_ok=True)
-        WRAPPER.write_text(_WRAPPER_TEXT.format(run=env.BENCH_RUN, runsc=env.tool("runsc")))
-        WRAPPER.chmod(0o755)
-        config: dict[str, Any] = {
-            "runtimes": {"runsc": {"path": str(WRAPPER)}},
-            "iptables": False,
-            "ip6tables": False,
-            "ip-forward": False,
-            "ip-masq": False,
-            "bridge": "none",
-            "data-root": str(env.BENCH_STATE / "docker"),
-            "exec-root": str(env.BENCH_RUN / "docker"),
-            "pidfile": str(env.BENCH_RUN / "docker.pid"),
-            "hosts": [f"unix://{SOCKET}"],
-            "storage-driver": "overlay2",
-        }
-        CONFIG.write_text(json.dumps(config, indent=1) + "\n")
         if not self._answers():
             before = _iptables_rules()
-            with LOG.open("ab") as log:
-                self._process = subprocess.Popen(
-                    ["dockerd", "--config-file", str(CONFIG)],
-                    stdout=log,
-                    stderr=log,
-                    start_new_session=True,
-                )
-            deadline = time.monotonic() + 60
-            while not self._answers():
-                if self._process.poll() is not None or time.monotonic() > deadline:
-                    tail = LOG.read_text(errors="replace")[-600:] if LOG.exists() else ""
-                    self.problem = f"dockerd did not start: {tail.strip()}"
-                    self.stop()
-                    return False
-                time.sleep(0.5)
+            try:
+                self.host = _docker_script("start")
+            except RuntimeError as error:
+                self.problem = f"dockerd did not start: {error}"
+                return False
+            self._started = True
             after = _iptables_rules()
             if before is not None and after is not None and before != after:
                 self.notes.append(
@@ -142,12 +107,12 @@ class Docker:
                 )
         info = json.loads(self.run("info", "--format", "{{json .}}"))
         if "runsc" not in (info.get("Runtimes") or {}):
-            self.problem = "the private dockerd has no runsc runtime"
+            self.problem = "the project's dockerd has no runsc runtime"
             return False
         self.notes.append(
-            f"Docker {info.get('ServerVersion')} (Debian docker.io), storage "
+            f"Docker {info.get('ServerVersion')} (Debian docker.io, cluster/docker.sh), storage "
             f"{info.get('Driver')}, cgroup driver {info.get('CgroupDriver')}, "
-            f"runtime runsc = {WRAPPER} (node runsc, --network=none --platform=systrap)"
+            "runtime runsc (node runsc, --network=none --platform=systrap)"
         )
         self._ensure_image()
         return True
@@ -183,18 +148,14 @@ class Docker:
                 self.run("rm", "-f", *ids, timeout=300)
 
     def stop(self) -> None:
-        """Stops the dockerd this object started (by its PID); leaves one it found running."""
-        if self._process is None:
-            return
+        """Removes the benchmark's containers; stops dockerd only if this object started it
+        (a kind cluster on the same daemon keeps running otherwise)."""
         with contextlib.suppress(RuntimeError, OSError, subprocess.TimeoutExpired):
             self.remove_all()
-        self._process.terminate()
-        try:
-            self._process.wait(30)
-        except subprocess.TimeoutExpired:
-            self._process.kill()
-            self._process.wait(10)
-        self._process = None
+        if self._started:
+            with contextlib.suppress(RuntimeError, OSError, subprocess.TimeoutExpired):
+                env.run([str(DOCKER_SCRIPT), "stop"], timeout=120)
+            self._started = False
 
 
 def shared(ctx: Any) -> Docker:

@@ -2,6 +2,7 @@
 # Build every node binary the embedded cluster needs from source, through the Go module
 # proxy, into a cache outside the repository keyed by version. A second run is a no-op.
 #   cluster/build.sh [kubernetes|etcd|containerd|crictl|kube-router|gvisor|nri|all]
+#   cluster/build.sh [kubeadm|kind|coredns|kind-all]   what the kind node image adds
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=versions.env
@@ -37,6 +38,22 @@ build_kubernetes() {
     k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager \
     k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubelet \
     k8s.io/kubernetes/cmd/kube-proxy k8s.io/kubernetes/cmd/kubectl
+}
+
+# kubeadm from the same module and version as the rest of Kubernetes, with the same
+# version stamp: the Go build cache makes this an incremental build after `kubernetes`.
+build_kubeadm() {
+  local out=$CACHE/kubeadm-$KUBERNETES_VERSION
+  [[ -x $out/kubeadm ]] && { log "kubeadm $KUBERNETES_VERSION cached"; return; }
+  log "building kubeadm $KUBERNETES_VERSION"
+  local v=${KUBERNETES_VERSION#v} minor; minor=$(cut -d. -f2 <<<"$v")
+  local ld="-s -w"
+  for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+    ld+=" -X $pkg.gitVersion=$KUBERNETES_VERSION -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor"
+    ld+=" -X $pkg.gitTreeState=clean -X $pkg.buildDate=1970-01-01T00:00:00Z"
+  done
+  wrapped_build "$out" k8s.io/kubernetes "$KUBERNETES_VERSION" "v0.${v#1.}" "$ld" \
+    k8s.io/kubernetes/cmd/kubeadm
 }
 
 build_etcd() {
@@ -118,8 +135,12 @@ case $target in
   kube-router) go_install kube-router "$KUBE_ROUTER_VERSION" github.com/cloudnativelabs/kube-router/v2/cmd/kube-router ;;
   gvisor) go_install gvisor "$GVISOR_VERSION" gvisor.dev/gvisor/runsc; build_runsc_shim ;;
   nri) build_nri ;;
+  kubeadm) build_kubeadm ;;
+  kind) go_install kind "$KIND_VERSION" "sigs.k8s.io/kind" ;;
+  coredns) go_install coredns "$COREDNS_VERSION" github.com/coredns/coredns ;;
+  kind-all) "$0" all; for t in kubeadm kind coredns; do "$0" "$t"; done ;;
   nri-path) echo "$(nri_dir)/openblox-nri" ;;
   all) for t in etcd containerd crictl kube-router kubernetes; do "$0" "$t"; done
        "$0" gvisor; "$0" nri ;;
-  *) echo "usage: $0 [kubernetes|etcd|containerd|crictl|kube-router|gvisor|nri|all]" >&2; exit 2 ;;
+  *) echo "usage: $0 [kubernetes|etcd|containerd|crictl|kube-router|gvisor|nri|all|kubeadm|kind|coredns|kind-all]" >&2; exit 2 ;;
 esac

@@ -1,0 +1,165 @@
+#!/usr/bin/env bash
+# A kind cluster of three nodes built entirely here (docs/kind.md): one control plane and
+# two workers, on the project's own dockerd (cluster/docker.sh) and node images
+# (cluster/kind/node-image.sh). The control plane and worker (first) have gVisor and the
+# label openblox.sh/gvisor=true; the second worker has no gVisor at all.
+#
+#   cluster/kind/kind.sh up       build (cached), start dockerd, create or reuse the cluster,
+#                                 load the openblox images; prints the export lines
+#   cluster/kind/kind.sh install  up, then install openblox as a user would and print 42
+#   cluster/kind/kind.sh down     delete the kind cluster (dockerd and caches kept)
+#   cluster/kind/kind.sh env      print the export lines (KUBECONFIG, DOCKER_HOST, PATH)
+#
+# Environment: OPENBLOX_KIND_NAME (cluster name, default openblox).
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+repo=$(cd "$here/../.." && pwd)
+# shellcheck source=../versions.env
+source "$repo/cluster/versions.env"
+CACHE=${OPENBLOX_CACHE:-/var/cache/openblox}
+ROOT=${OPENBLOX_ROOT:-/var/lib/openblox}
+NAME=${OPENBLOX_KIND_NAME:-openblox}
+STATE=$ROOT/kind
+KUBECONFIG_FILE=$STATE/$NAME.kubeconfig
+PYTHON=${PYTHON:-python3}
+GVISOR_LABEL=openblox.sh/gvisor
+# kind finds `docker` (our shim, cluster/kind/bin/docker) and kubectl on PATH.
+export PATH=$here/bin:$CACHE/kind-$KIND_VERSION:$CACHE/kubernetes-$KUBERNETES_VERSION:$PATH
+
+log() { printf '[kind] %s\n' "$*" >&2; }
+die() { printf '[kind] error: %s\n' "$*" >&2; exit 1; }
+
+cmd_env() {
+  "$repo/cluster/docker.sh" env
+  echo "export KUBECONFIG=$KUBECONFIG_FILE"
+}
+
+kctl() { kubectl --kubeconfig "$KUBECONFIG_FILE" "$@"; }
+
+cluster_exists() { kind get clusters 2>/dev/null | grep -qx "$NAME"; }
+
+# The node image a node container runs, or nothing.
+node_image() { docker inspect -f '{{.Config.Image}}' "$1" 2>/dev/null || true; }
+
+write_config() {
+  local gvisor=$1 plain=$2
+  mkdir -p "$STATE"
+  cat >"$STATE/$NAME.yaml" <<EOF
+kind: Cluster
+apiVersion: kind.x-k8s.io/v1alpha4
+networking:
+  ipFamily: ipv4
+  # kindnetd cannot be had here: kube-router (cluster/kind/kube-router.yaml) instead.
+  disableDefaultCNI: true
+  # Apart from the embedded cluster's ranges, so a reader never confuses the two.
+  podSubnet: 10.248.0.0/16
+  serviceSubnet: 10.97.0.0/16
+kubeadmConfigPatches:
+# Every image is built here and preloaded under openblox.local (cluster/images).
+- |
+  kind: ClusterConfiguration
+  imageRepository: openblox.local
+  etcd:
+    local:
+      imageTag: $ETCD_VERSION
+  dns:
+    imageTag: $COREDNS_VERSION
+# The embedded cluster's driver; gVisor's shim is set up for cgroupfs the same way.
+- |
+  kind: KubeletConfiguration
+  cgroupDriver: cgroupfs
+nodes:
+- role: control-plane
+  image: $gvisor
+  labels: {$GVISOR_LABEL: "true"}
+  # Sandboxes may run here too: with only one other gVisor node, a Sandbox whose worker
+  # is lost needs somewhere to go.
+  kubeadmConfigPatches:
+  - |
+    kind: InitConfiguration
+    nodeRegistration:
+      taints: []
+- role: worker
+  image: $gvisor
+  labels: {$GVISOR_LABEL: "true"}
+- role: worker
+  image: $plain
+EOF
+}
+
+cmd_up() {
+  [[ $(id -u) == 0 ]] || die "run as root (dockerd, debootstrap)"
+  command -v go >/dev/null || die "Go is needed to build kind and the node's binaries (https://go.dev/doc/install)"
+  "$repo/cluster/docker.sh" install
+  eval "$("$repo/cluster/docker.sh" start)"
+  export DOCKER_HOST
+  local refs gvisor plain
+  mapfile -t refs < <(PYTHON=$PYTHON "$here/node-image.sh")
+  gvisor=${refs[0]} plain=${refs[1]}
+  [[ -n $gvisor && -n $plain ]] || die "node-image.sh printed no image references"
+  if cluster_exists; then
+    local node have healthy=1
+    for node in $(kind get nodes --name "$NAME"); do
+      have=$(node_image "$node")
+      if [[ $have != "$gvisor" && $have != "$plain" ]]; then
+        log "kind cluster $NAME: node $node runs ${have:-nothing known}, not this build's node image: recreating the cluster"
+        healthy=0; break
+      fi
+      if [[ $(docker inspect -f '{{.State.Running}}' "$node" 2>/dev/null) != true ]]; then
+        log "kind cluster $NAME: node $node is not running: recreating the cluster"
+        healthy=0; break
+      fi
+    done
+    if ((healthy)) && kind get kubeconfig --name "$NAME" >"$KUBECONFIG_FILE.partial" 2>/dev/null &&
+        mv "$KUBECONFIG_FILE.partial" "$KUBECONFIG_FILE" && kctl get --raw /readyz >/dev/null 2>&1; then
+      log "kind cluster $NAME already runs this build"
+    else
+      kind delete cluster --name "$NAME" --kubeconfig "$KUBECONFIG_FILE.stale"
+      rm -f "$KUBECONFIG_FILE.stale"
+    fi
+  fi
+  if ! cluster_exists; then
+    write_config "$gvisor" "$plain"
+    log "creating kind cluster $NAME (3 nodes)"
+    kind create cluster --name "$NAME" --config "$STATE/$NAME.yaml" --kubeconfig "$KUBECONFIG_FILE"
+  fi
+  sed "s|KUBE_NETWORK_IMAGE|$(cat "$CACHE/images/kube-network.ref")|" "$here/kube-router.yaml" |
+    kctl apply --server-side --force-conflicts -f - >/dev/null
+  kctl rollout status -n kube-system daemonset/kube-router --timeout=300s >&2
+  kctl wait --for=condition=Ready nodes --all --timeout=300s >&2
+  load_images
+  cmd_env
+}
+
+# The openblox images, as a user of kind loads them: built (cached), `kind load
+# image-archive`, then tagged in each node under the names the manifests use.
+load_images() {
+  local version name ref node
+  version=$(sed -n 's/^version = "\(.*\)"/\1/p' "$repo/pyproject.toml")
+  PYTHON=$PYTHON "$repo/cluster/images/build.sh" sandbox operator >/dev/null
+  for name in sandbox operator; do
+    ref=$(cat "$CACHE/images/$name.ref")
+    kind load image-archive --name "$NAME" \
+      "$(find "$CACHE/images" -maxdepth 1 -name "$name-*.tar" -printf '%T@\t%p\n' | sort -rn | head -n 1 | cut -f2)"
+    for node in $(kind get nodes --name "$NAME"); do
+      docker exec "$node" ctr -n k8s.io images tag --force "$ref" "openblox.local/$name:$version" >/dev/null
+    done
+  done
+}
+
+cmd_down() {
+  command -v kind >/dev/null || die "kind is not built; nothing to delete"
+  eval "$("$repo/cluster/docker.sh" env)"
+  export DOCKER_HOST
+  if cluster_exists; then kind delete cluster --name "$NAME" --kubeconfig "$KUBECONFIG_FILE"; else log "no kind cluster $NAME"; fi
+  rm -f "$KUBECONFIG_FILE"
+}
+
+case ${1:-} in
+  up) cmd_up ;;
+  install) cmd_up >/dev/null
+    KUBECONFIG=$KUBECONFIG_FILE "$PYTHON" "$repo/cluster/embedded.py" up ;;
+  down) cmd_down ;;
+  env) cmd_env ;;
+  *) echo "usage: $0 up|install|down|env" >&2; exit 2 ;;
+esac
