@@ -4,10 +4,23 @@
 # failed (the scorecard is printed either way), 2 if the Job could not run at all.
 #
 #   conformance/run.sh [--keep]     --keep: leave the Job (and its logs) in place
+#   conformance/run.sh --parse-log  read a Job log on stdin: scorecard on stdout, the rest
+#                                   on stderr (what a run does with the Job's log)
 #
 # OPENBLOX_CONFORMANCE_JOB_IMAGE: run the Job from this image instead of
 # openblox.local/operator:0.1.0 (any image with the openblox package at /opt/openblox).
 set -euo pipefail
+
+# The Job prints the scorecard with --json-log: every line of the document carries this
+# prefix, because the log interleaves stdout and stderr line by line.
+PREFIX='scorecard| '
+parse_log() {
+  local line
+  while IFS= read -r line || [[ -n $line ]]; do
+    if [[ $line == "$PREFIX"* ]]; then printf '%s\n' "${line#"$PREFIX"}"; else printf '%s\n' "$line" >&2; fi
+  done
+}
+if [[ ${1:-} == --parse-log ]]; then parse_log; exit 0; fi
 # The embedded cluster's admin kubeconfig when none is configured.
 if [[ -z ${KUBECONFIG:-} && ! -f $HOME/.kube/config && -f /var/lib/openblox/cluster/admin.kubeconfig ]]; then
   export KUBECONFIG=/var/lib/openblox/cluster/admin.kubeconfig
@@ -40,9 +53,7 @@ while ((SECONDS < deadline)); do
 done
 
 logs=$(kubectl logs -n "$ns" "job/$job" 2>/dev/null || true)
-# Progress lines, then the JSON document: from a line that is just "{" to one that is "}".
-sed '/^{$/,/^}$/d' <<<"$logs" >&2
-scorecard=$(sed -n '/^{$/,/^}$/p' <<<"$logs")
+scorecard=$(parse_log <<<"$logs")
 [[ $keep == --keep ]] || kubectl delete job -n "$ns" "$job" --wait=false >/dev/null 2>&1 || true
 
 if [[ -z $scorecard ]]; then

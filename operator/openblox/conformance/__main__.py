@@ -2,7 +2,8 @@
 
     python -m openblox.conformance --backend operator --profile code-exec
     python -m openblox.conformance --backend bare-runc --out docs/conformance
-    python -m openblox.conformance --json            # the JSON scorecard on stdout (the Job)
+    python -m openblox.conformance --json            # the JSON scorecard on stdout
+    python -m openblox.conformance --json-log        # the same, each line marked (the Job)
     python -m openblox.conformance --list            # the properties, no cluster needed
     python -m openblox.conformance --cleanup         # delete namespaces left by killed runs
 
@@ -21,6 +22,9 @@ from openblox.conformance.properties import PROPERTIES, select
 from openblox.conformance.runner import run_suite
 from openblox.conformance.scorecard import Result, Status, slug
 from openblox.conformance.settings import Settings
+
+# What marks the scorecard's lines in a Job's log (--json-log; conformance/run.sh).
+LOG_PREFIX = "scorecard| "
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
@@ -45,6 +49,11 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--processes", type=int, default=None, help="declared process cap")
     parser.add_argument("--out", default=None, help="directory for the JSON and Markdown files")
     parser.add_argument("--json", action="store_true", help="print the JSON scorecard on stdout")
+    parser.add_argument(
+        "--json-log",
+        action="store_true",
+        help=f"print the JSON scorecard on stdout, each line prefixed with {LOG_PREFIX!r}",
+    )
     parser.add_argument("--keep", action="store_true", help="keep the run's namespaces")
     parser.add_argument("--list", action="store_true", help="list the properties and exit")
     parser.add_argument("--cleanup", action="store_true", help="delete leftover namespaces")
@@ -101,7 +110,7 @@ def main(argv: list[str] | None = None) -> int:
         print(error, file=sys.stderr)
         return 2
     card = run_suite(settings, properties=chosen, on_result=progress)
-    out = settings.out or (None if args.json else "conformance-results")
+    out = settings.out or (None if args.json or args.json_log else "conformance-results")
     if out:
         stem = slug("-".join(t.name for t in card.targets))
         json_path, md_path = card.write(out, stem)
@@ -114,8 +123,14 @@ def main(argv: list[str] | None = None) -> int:
             flush=True,
         )
     if args.json:
-        # Last, so that in a Job's log (stdout and stderr together) it is one block.
         print(json.dumps(card.to_json(), indent=2), flush=True)
+    elif args.json_log:
+        # A Job's log holds stdout and stderr together, interleaved line by line in the
+        # order the runtime read them, so a stderr line can land inside the document.
+        # Each line of it carries the prefix; conformance/run.sh keeps only those.
+        for line in json.dumps(card.to_json(), indent=2).splitlines():
+            print(f"{LOG_PREFIX}{line}")
+        sys.stdout.flush()
     return 1 if card.failures() else 0
 
 
