@@ -9,7 +9,7 @@ CLUSTER := PYTHON=$(abspath $(PY)) cluster/cluster.sh
 export PATH := /var/lib/openblox/bin:$(abspath $(VENV))/bin:$(PATH)
 PYTEST := $(PY) -m pytest -p no:cacheprovider
 
-.PHONY: help up down test lint unit cluster-tests conformance bench install venv operator-image
+.PHONY: help up down test lint unit cluster-tests conformance bench install venv operator-image kind-up kind-test kind-down
 
 help:
 	@echo "make up           start the embedded cluster (or use KUBECONFIG), install the operator, print 42"
@@ -17,6 +17,8 @@ help:
 	@echo "make down         stop the embedded cluster (caches kept)"
 	@echo "make bench        benchmarks; results under docs/benchmarks/"
 	@echo "make conformance  the adversarial conformance suite against the cluster"
+	@echo "make kind-up      a three-node kind cluster built here, openblox installed, print 42"
+	@echo "make kind-test    the tests on that kind cluster (creates it the first time)"
 
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
@@ -52,6 +54,16 @@ conformance: install
 	$(PYTEST) --pyargs openblox.conformance -q
 
 test: lint unit cluster-tests
+
+# The three-node kind cluster (docs/kind.md): node images built here, nothing pulled.
+kind-up: install
+	PYTHON=$(abspath $(PY)) cluster/kind/kind.sh install
+
+kind-test: install
+	$(PYTEST) tests/kind -q
+
+kind-down:
+	cluster/kind/kind.sh down
 
 bench: install
 	$(PY) -m bench $(BENCH_ARGS)

@@ -76,7 +76,7 @@ PYTHON=$PYTHON "$IMAGES_DIR/build.sh" "${NODE_IMAGES[@]}" >/dev/null
 kind_dir=$(GOFLAGS=-mod=mod go mod download -json "sigs.k8s.io/kind@$KIND_VERSION" |
   "$PYTHON" -c 'import json, sys; print(json.load(sys.stdin)["Dir"])')
 base_files=$kind_dir/images/base/files
-[[ -x $base_files/usr/local/bin/entrypoint ]] || die "kind $KIND_VERSION has no images/base/files/usr/local/bin/entrypoint"
+[[ -f $base_files/usr/local/bin/entrypoint ]] || die "kind $KIND_VERSION has no images/base/files/usr/local/bin/entrypoint"
 
 k8s=$CACHE/kubernetes-$KUBERNETES_VERSION
 ctd=$CACHE/containerd-$CONTAINERD_VERSION
@@ -150,11 +150,16 @@ install_node_files() {
     install -D -m 0755 "${NODE_BINARIES[$dest]}" "$root$dest"
   done
   echo "$KUBERNETES_VERSION" >"$root/kind/version"
-  install -d "$root/kind/manifests" "$root/etc/containerd/conf.d" "$root/etc/nri/conf.d"
-  install -m 0644 "$here/node/containerd.toml" "$root/etc/containerd/config.toml"
-  install -m 0644 "$here/node/runsc-handler.toml" "$root/etc/containerd/conf.d/runsc.toml"
+  install -d "$root/kind/manifests" "$root/etc/containerd" "$root/etc/nri/conf.d"
+  # One file: containerd's imports replace a plugin's whole section, so the handler
+  # cannot live in a drop-in next to the CRI plugin's settings.
+  cat "$here/node/containerd.toml" "$here/node/runsc-handler.toml" >"$root/etc/containerd/config.toml"
+  chmod 0644 "$root/etc/containerd/config.toml"
   install -m 0644 "$here/node/runsc.toml" "$root/etc/containerd/runsc.toml"
   install -m 0644 "$here/node/default-storage.yaml" "$root/kind/manifests/default-storage.yaml"
+  install -m 0755 "$here/node/openblox-entrypoint" "$root/usr/local/bin/openblox-entrypoint"
+  install -m 0755 "$here/node/openblox-cgroup-unbind" "$root/usr/local/bin/openblox-cgroup-unbind"
+  install -D -m 0644 "$here/node/containerd-openblox.conf" "$root/etc/systemd/system/containerd.service.d/10-openblox.conf"
   # kind's base runtime spec: containerd's default with kind's product_uuid hook and no
   # rlimits (images/base/Dockerfile).
   "$ctd/ctr" oci spec | "$PYTHON" -c '
@@ -216,10 +221,10 @@ install_node_files "$root"
 preload_images "$root"
 log "importing $ref into Docker"
 tar -C "$root" --numeric-owner --one-file-system -cf - . |
-  docker_cli import --change 'ENTRYPOINT ["/usr/local/bin/entrypoint", "/sbin/init"]' \
+  docker_cli import --change 'ENTRYPOINT ["/usr/local/bin/openblox-entrypoint", "/usr/local/bin/entrypoint", "/sbin/init"]' \
     --change 'ENV container=docker' --change "LABEL sh.openblox.kind-node.key=$key" - "$ref" >/dev/null
 # The node without gVisor: the same image less runsc, its shim and the runsc handler.
-printf 'FROM %s\nRUN rm /usr/local/bin/runsc /usr/local/bin/containerd-shim-runsc-v1 /etc/containerd/conf.d/runsc.toml /etc/containerd/runsc.toml\n' "$ref" |
+printf 'FROM %s\nRUN rm /usr/local/bin/runsc /usr/local/bin/containerd-shim-runsc-v1 /etc/containerd/runsc.toml && sed -i "/^# BEGIN runsc handler/,\\$d" /etc/containerd/config.toml && ! grep -q runsc /etc/containerd/config.toml\n' "$ref" |
   docker_cli build --network none -q -t "$plain" - >/dev/null
 log "kind node images built in $((SECONDS - start))s"
 printf '%s\n%s\n' "$ref" "$plain"

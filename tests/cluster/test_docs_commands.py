@@ -60,28 +60,10 @@ def _script(runnable: list[Block], out: Path) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _environment(kube: Kube) -> dict[str, str]:
-    path = os.pathsep.join(
-        [str(embedded.NODE_BIN), str(Path(sys.executable).parent), os.environ.get("PATH", "")]
-    )
-    return {
-        **os.environ,
-        "KUBECONFIG": kube.kubeconfig,
-        "PATH": path,
-        "OPENBLOX_DOCS_PYTHON": sys.executable,
-    }
-
-
-def _normalise(text: str) -> str:
-    return "\n".join(line.rstrip() for line in text.splitlines()).strip("\n")
-
-
-@pytest.mark.parametrize(
-    "path", documents_with_runnable_blocks(), ids=lambda p: str(p.relative_to(REPO))
-)
-def test_document_commands_run(operator: Kube, path: Path, tmp_path: Path) -> None:
-    embedded.ensure_demo_namespace(operator.kubeconfig)
-    before = _sandboxes(operator)
+def run_document(kube: Kube, path: Path, tmp_path: Path) -> None:
+    """Run the document's blocks in one shell against kube's cluster; fail on any problem."""
+    embedded.ensure_demo_namespace(kube.kubeconfig)
+    before = _sandboxes(kube)
     runnable = [block for block in blocks(path) if block.runs]
     script = tmp_path / "document.sh"
     script.write_text(_script(runnable, tmp_path))
@@ -91,7 +73,7 @@ def test_document_commands_run(operator: Kube, path: Path, tmp_path: Path) -> No
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
-        env=_environment(operator),
+        env=_environment(kube),
         start_new_session=True,
     )
     try:
@@ -100,8 +82,8 @@ def test_document_commands_run(operator: Kube, path: Path, tmp_path: Path) -> No
         os.killpg(process.pid, signal.SIGKILL)
         log, _ = process.communicate()
     finally:
-        for name in _sandboxes(operator) - before:
-            operator.kubectl(
+        for name in _sandboxes(kube) - before:
+            kube.kubectl(
                 "delete", "sandbox", name, "-n", DEMO_NAMESPACE, "--wait=false", check=False
             )
 
@@ -128,3 +110,26 @@ def test_document_commands_run(operator: Kube, path: Path, tmp_path: Path) -> No
                 f"but the commands printed\n{actual}"
             )
     assert not mismatches, "\n\n".join(mismatches)
+
+
+def _environment(kube: Kube) -> dict[str, str]:
+    path = os.pathsep.join(
+        [str(embedded.NODE_BIN), str(Path(sys.executable).parent), os.environ.get("PATH", "")]
+    )
+    return {
+        **os.environ,
+        "KUBECONFIG": kube.kubeconfig,
+        "PATH": path,
+        "OPENBLOX_DOCS_PYTHON": sys.executable,
+    }
+
+
+def _normalise(text: str) -> str:
+    return "\n".join(line.rstrip() for line in text.splitlines()).strip("\n")
+
+
+@pytest.mark.parametrize(
+    "path", documents_with_runnable_blocks(), ids=lambda p: str(p.relative_to(REPO))
+)
+def test_document_commands_run(operator: Kube, path: Path, tmp_path: Path) -> None:
+    run_document(operator, path, tmp_path)

@@ -1,0 +1,142 @@
+"""The kind cluster itself, and where sandboxes may run on it."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from typing import Any
+
+import pytest
+
+from tests.cluster.kube import Kube
+from tests.cluster.sandboxes import (
+    get_sandbox,
+    opted_in_namespace,
+    ready_condition,
+    sandbox,
+    sandbox_pods,
+    wait_for,
+    wait_reason,
+)
+from tests.kind.conftest import GVISOR_LABEL, docker
+
+pytestmark = pytest.mark.kind
+
+
+def _nodes(kube: Kube) -> list[dict[str, Any]]:
+    items: list[dict[str, Any]] = json.loads(kube.kubectl("get", "nodes", "-o", "json").stdout)[
+        "items"
+    ]
+    return items
+
+
+def _gvisor_nodes(kube: Kube) -> set[str]:
+    return {
+        n["metadata"]["name"]
+        for n in _nodes(kube)
+        if n["metadata"].get("labels", {}).get(GVISOR_LABEL) == "true"
+    }
+
+
+def test_three_nodes_where_only_the_labelled_ones_have_gvisor(kind: Kube) -> None:
+    nodes = {n["metadata"]["name"] for n in _nodes(kind)}
+    gvisor = _gvisor_nodes(kind)
+
+    assert len(nodes) == 3, nodes
+    assert len(gvisor) == 2, gvisor
+    for node in nodes:
+        has_runsc = docker("exec", node, "test", "-x", "/usr/local/bin/runsc", check=False)
+        handler = docker(
+            "exec", node, "grep", "-q", "runtimes.runsc", "/etc/containerd/config.toml", check=False
+        )
+        assert (has_runsc.returncode == 0) == (node in gvisor), node
+        assert (handler.returncode == 0) == (node in gvisor), node
+
+
+def test_the_node_images_came_from_this_machine(kind: Kube) -> None:
+    for node in _nodes(kind):
+        images = docker("exec", node["metadata"]["name"], "crictl", "images", "-o", "json")
+        names = {tag for image in json.loads(images.stdout)["images"] for tag in image["repoTags"]}
+        # Nothing but the project's own images: no registry was ever reached.
+        assert names and all(name.startswith("openblox.local/") for name in names), names
+
+
+def _openblox(kube: Kube, namespace: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "openblox.cli", "-n", namespace, *args],
+        env={"KUBECONFIG": kube.kubeconfig, "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+
+
+def test_a_sandbox_prints_42_from_a_gvisor_node(kind_operator: Kube) -> None:
+    with opted_in_namespace(kind_operator, "kind-42") as namespace:
+        made = _openblox(kind_operator, namespace, "create", "answer")
+        assert made.returncode == 0, made.stderr
+        run = _openblox(
+            kind_operator, namespace, "exec", "answer", "--", "python3", "-c", "print(6*7)"
+        )
+
+        assert run.returncode == 0, run.stderr
+        assert run.stdout.strip() == "42"
+        [pod] = sandbox_pods(kind_operator, namespace)
+        assert pod["spec"]["runtimeClassName"] == "gvisor"
+        assert pod["spec"]["nodeName"] in _gvisor_nodes(kind_operator)
+
+
+def test_with_no_gvisor_node_free_the_sandbox_says_runtime_unavailable(
+    kind_operator: Kube,
+) -> None:
+    gvisor = sorted(_gvisor_nodes(kind_operator))
+    with opted_in_namespace(kind_operator, "kind-nogvisor") as namespace:
+        try:
+            for node in gvisor:
+                kind_operator.kubectl("cordon", node)
+            kind_operator.apply(sandbox("waits", namespace))
+            started = time.monotonic()
+            body = wait_reason(kind_operator, "waits", namespace, "RuntimeUnavailable", timeout=60)
+            seconds = time.monotonic() - started
+            assert "no node with gvisor can take the pod" in ready_condition(body)["message"]
+            assert seconds < 30, f"the Sandbox said why only after {seconds:.0f}s"
+            pods = sandbox_pods(kind_operator, namespace)
+            # Nothing fell back: the one pod is bound to no node at all.
+            assert len(pods) == 1 and not pods[0]["spec"].get("nodeName"), pods
+            uid = pods[0]["metadata"]["uid"]
+        finally:
+            for node in gvisor:
+                kind_operator.kubectl("uncordon", node)
+        wait_reason(kind_operator, "waits", namespace, "Ready", timeout=180)
+        pods = sandbox_pods(kind_operator, namespace)
+        assert [p["metadata"]["uid"] for p in pods] == [uid], "a second pod was made"
+        assert pods[0]["spec"]["nodeName"] in gvisor
+        assert get_sandbox(kind_operator, "waits", namespace)
+
+
+def test_a_cluster_with_no_gvisor_node_never_runs_a_sandbox_elsewhere(
+    kind_operator: Kube,
+) -> None:
+    gvisor = sorted(_gvisor_nodes(kind_operator))
+    with opted_in_namespace(kind_operator, "kind-unlabelled") as namespace:
+        try:
+            # As if no admin had labelled any node: the selector matches nothing.
+            for node in gvisor:
+                kind_operator.kubectl("label", "node", node, f"{GVISOR_LABEL}-")
+            kind_operator.apply(sandbox("nowhere", namespace))
+            body = wait_reason(kind_operator, "nowhere", namespace, "RuntimeUnavailable", 60)
+            message = ready_condition(body)["message"]
+            assert "3 node(s) didn't match Pod's node affinity/selector" in message, message
+            wait_for(
+                "the scheduler to keep the pod unbound",
+                lambda: all(
+                    not p["spec"].get("nodeName") for p in sandbox_pods(kind_operator, namespace)
+                ),
+                timeout=5,
+            )
+        finally:
+            for node in gvisor:
+                kind_operator.kubectl("label", "node", node, f"{GVISOR_LABEL}=true", "--overwrite")
