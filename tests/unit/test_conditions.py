@@ -1,6 +1,6 @@
 from collections.abc import Sequence
 from dataclasses import replace
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any, ClassVar
 
 import pytest
@@ -13,7 +13,7 @@ from openblox.builders import (
     compute_conditions,
     status_changed,
 )
-from openblox.builders.conditions import unschedulable_runtime
+from openblox.builders.conditions import LOST_NODE_GRACE_SECONDS, lost_node, unschedulable_runtime
 from openblox.lifetime import Expiry
 from openblox.models import ProfileNotFound
 from openblox.names import Reason
@@ -348,7 +348,7 @@ def test_a_pod_no_gvisor_node_can_take_is_a_runtime_problem() -> None:
         "affinity/selector. preemption: 0/3 nodes are available."
     )
 
-    problem = unschedulable_runtime(_pending_pod("Unschedulable", message))
+    problem = unschedulable_runtime(_pending_pod("Unschedulable", message), "gvisor")
 
     assert problem == f"no node with gvisor can take the pod: {message}"
 
@@ -363,7 +363,7 @@ def test_a_pod_no_gvisor_node_can_take_is_a_runtime_problem() -> None:
     ],
 )
 def test_other_scheduling_waits_are_not_runtime_problems(reason: str, message: str) -> None:
-    assert unschedulable_runtime(_pending_pod(reason, message)) is None
+    assert unschedulable_runtime(_pending_pod(reason, message), "gvisor") is None
 
 
 def test_a_scheduled_pod_has_no_runtime_scheduling_problem() -> None:
@@ -371,4 +371,33 @@ def test_a_scheduled_pod_has_no_runtime_scheduling_problem() -> None:
         "status": {"phase": "Running", "conditions": [{"type": "PodScheduled", "status": "True"}]}
     }
 
-    assert unschedulable_runtime(pod) is None
+    assert unschedulable_runtime(pod, "gvisor") is None
+
+
+def _evicted_pod(deleted: datetime, reason: str = "DeletionByTaintManager") -> dict[str, Any]:
+    return {
+        "metadata": {"deletionTimestamp": deleted.strftime("%Y-%m-%dT%H:%M:%SZ")},
+        "spec": {"nodeName": "worker"},
+        "status": {
+            "conditions": [{"type": "DisruptionTarget", "status": "True", "reason": reason}]
+        },
+    }
+
+
+def test_a_pod_evicted_from_a_lost_node_is_released_after_the_grace() -> None:
+    deleted = NOW - timedelta(seconds=LOST_NODE_GRACE_SECONDS + 1)
+
+    assert lost_node(_evicted_pod(deleted), NOW) == "worker"
+
+
+def test_a_pod_still_within_its_grace_is_left_to_its_kubelet() -> None:
+    deleted = NOW - timedelta(seconds=LOST_NODE_GRACE_SECONDS - 5)
+
+    assert lost_node(_evicted_pod(deleted), NOW) is None
+
+
+def test_a_pod_deleted_for_another_reason_is_not_a_lost_node() -> None:
+    deleted = NOW - timedelta(minutes=5)
+
+    assert lost_node(_evicted_pod(deleted, reason="PreemptionByScheduler"), NOW) is None
+    assert lost_node({"metadata": {}, "status": {}}, NOW) is None

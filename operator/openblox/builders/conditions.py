@@ -101,7 +101,7 @@ class PodState:
 _SELECTOR_MISMATCH = "didn't match Pod's node affinity/selector"
 
 
-def unschedulable_runtime(pod: Mapping[str, Any]) -> str | None:
+def unschedulable_runtime(pod: Mapping[str, Any], runtime_class_name: str) -> str | None:
     """Why no node that has the pod's runtime can take it, or None.
 
     Set when the scheduler found the pod Unschedulable and ruled nodes out by the
@@ -115,9 +115,40 @@ def unschedulable_runtime(pod: Mapping[str, Any]) -> str | None:
             and condition.get("reason") == "Unschedulable"
             and _SELECTOR_MISMATCH in (condition.get("message") or "")
         ):
-            runtime = (pod.get("spec") or {}).get("runtimeClassName") or "its runtime"
-            return f"no node with {runtime} can take the pod: {condition['message']}"
+            return f"no node with {runtime_class_name} can take the pod: {condition['message']}"
     return None
+
+
+# How long a pod the taint manager evicted may stay Terminating before its node counts as
+# lost: its grace period (1 s) plus time for a kubelet that still answers to finish it.
+LOST_NODE_GRACE_SECONDS = 15
+
+
+def lost_node(pod: Mapping[str, Any], now: datetime) -> str | None:
+    """The node a pod was evicted from and never finished on, or None.
+
+    Kubernetes evicts a pod from a node that stopped answering (the pod's not-ready and
+    unreachable tolerations ran out) by deleting it, but only that node's kubelet can
+    finish the deletion, so the pod stays Terminating and its name stays taken. Past
+    LOST_NODE_GRACE_SECONDS the pod's sandbox is either gone with its node or will be
+    stopped by that kubelet when it is back (and by activeDeadlineSeconds in any case).
+    """
+    metadata = pod.get("metadata") or {}
+    deleted = metadata.get("deletionTimestamp")
+    if not deleted:
+        return None
+    evicted = any(
+        condition.get("type") == "DisruptionTarget"
+        and condition.get("status") == "True"
+        and condition.get("reason") == "DeletionByTaintManager"
+        for condition in (pod.get("status") or {}).get("conditions") or []
+    )
+    if not evicted:
+        return None
+    since = (now - datetime.fromisoformat(deleted.replace("Z", "+00:00"))).total_seconds()
+    if since < LOST_NODE_GRACE_SECONDS:
+        return None
+    return str((pod.get("spec") or {}).get("nodeName") or "its node")
 
 
 @dataclass(frozen=True, slots=True)

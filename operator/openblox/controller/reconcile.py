@@ -22,9 +22,11 @@ from datetime import UTC, datetime
 from typing import Any
 
 from openblox.builders.conditions import (
+    LOST_NODE_GRACE_SECONDS,
     Observation,
     PodState,
     Problem,
+    lost_node,
     status_changed,
     unschedulable_runtime,
 )
@@ -211,12 +213,23 @@ class Reconciler:
         if pod is None:
             return replace(base, runtime_available=True), profile, None
         state = PodState.from_pod(pod)
+        node = lost_node(pod, now)
+        if node is not None:
+            self._release_pod_of_lost_node(sandbox, pod, node)
+            return replace(base, runtime_available=True, pod=state), profile, pod
+        if pod["metadata"].get("deletionTimestamp"):
+            # A pod stuck Terminating sends no more events: look again once it may count
+            # as left on a lost node.
+            key = (pod["metadata"]["namespace"], pod["metadata"]["name"])
+            self.requeue.after(key, LOST_NODE_GRACE_SECONDS)
         if state.terminated:
             ended = pod_denial(pod, profile=profile.name, now=now)
             self._replace_dead_pod(sandbox, pod, state, ended)
             denials = (ended,) if ended else ()
             return replace(base, runtime_available=True, pod=state, denials=denials), profile, pod
-        sandbox_failure = unschedulable_runtime(pod) or self._sandbox_creation_failure(pod, now)
+        sandbox_failure = unschedulable_runtime(
+            pod, profile.runtime_class_name
+        ) or self._sandbox_creation_failure(pod, now)
         if sandbox_failure:
             self._events.record(_sandbox_ref(sandbox), Reason.RUNTIME_UNAVAILABLE, sandbox_failure)
             return (
@@ -365,6 +378,19 @@ class Reconciler:
         )
         if denial is not None:
             record_denial(self._events, _sandbox_ref(sandbox), denial)
+        self._delete_pod(pod)
+
+    def _release_pod_of_lost_node(
+        self, sandbox: Sandbox, pod: Mapping[str, Any], node: str
+    ) -> None:
+        """Remove the API object of a pod its lost node cannot finish; its deletion event
+        brings a new pod, on another node with the runtime or Unschedulable with why."""
+        self._events.record(
+            _sandbox_ref(sandbox),
+            Reason.POD_FAILED,
+            f"node {node} was lost with the sandbox pod on it; replacing the pod on another "
+            "node (files in /tmp, /workspace and running processes are lost)",
+        )
         self._delete_pod(pod)
 
     def _delete_pod(self, pod: Mapping[str, Any]) -> None:
