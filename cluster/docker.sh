@@ -89,7 +89,15 @@ cmd_start() {
   write_config
   log "starting dockerd ($SOCKET)"
   rm -f "$PIDFILE"
-  setsid /usr/sbin/dockerd --config-file "$STATE/daemon.json" >>"$LOG" 2>&1 </dev/null &
+  (
+    # The daemon keeps no descriptor of its caller's: one that held a `flock` would keep
+    # that lock taken for as long as dockerd lives (as cluster.sh's start does).
+    for fd in /proc/self/fd/*; do
+      fd=${fd##*/}
+      if ((fd > 2)); then eval "exec $fd>&-" 2>/dev/null || true; fi
+    done
+    exec setsid /usr/sbin/dockerd --config-file "$STATE/daemon.json" >>"$LOG" 2>&1 </dev/null
+  ) &
   for _ in $(seq 120); do
     answers && { cmd_env; return; }
     kill -0 $! 2>/dev/null || break
