@@ -31,6 +31,7 @@ from openblox.client import (
     SandboxGone,
     SandboxNotReady,
 )
+from tests.cluster.capacity import require_sandbox_room
 from tests.cluster.kube import Kube
 from tests.cluster.sandboxes import (
     admission_has,
@@ -55,7 +56,8 @@ def client(operator: Kube, client_ns: str) -> Client:
 
 
 @pytest.fixture(scope="module")
-def box(client: Client) -> Iterator[Sandbox]:
+def box(operator: Kube, client: Client) -> Iterator[Sandbox]:
+    require_sandbox_room(operator, "code-exec")
     sandbox = client.create("code-exec", "shared")
     yield sandbox
     sandbox.delete()
@@ -469,6 +471,7 @@ def test_fifty_concurrent_execs_across_ten_sandboxes_return_their_own_output(
 ) -> None:
     with extra_profiles(operator, {"test-small": SMALL}):
         wait_for("admission params", lambda: admission_has(operator, "test-small"), 30)
+        require_sandbox_room(operator, "test-small", 10)
         with concurrent.futures.ThreadPoolExecutor(10) as pool:
             sandboxes = list(
                 pool.map(lambda i: client.create("test-small", f"many-{i}", timeout=300), range(10))

@@ -26,6 +26,11 @@ from openblox.conformance.properties import PROPERTIES, Category, Property
 from openblox.conformance.runner import evaluate, run_suite
 from openblox.conformance.scorecard import Scorecard, Status
 from openblox.conformance.settings import Settings
+from tests.cluster.capacity import (
+    Requests,
+    require_room,
+    sandbox_requests,
+)
 from tests.cluster.kube import Kube
 
 REPO = Path(__file__).resolve().parents[2]
@@ -139,13 +144,22 @@ def _run(kube: Kube, out: Path, backend: str) -> Scorecard:
     return card
 
 
+# The canaries: three small pods (canaries.py), on the sandbox's node.
+CANARIES = Requests(cpu_millis=3 * 10, memory_bytes=3 * (32 << 20))
+
+
 @pytest.fixture(scope="module")
 def code_exec(operator: Kube, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Scorecard]:
+    # On the one node the canaries share with it: the shared sandbox, a property's own
+    # (one at a time), and the canaries.
+    needed = sandbox_requests(operator, "code-exec").times(2) + CANARIES
+    require_room(operator, needed, 1, "two code-exec Sandboxes and the canaries")
     yield _run(operator, tmp_path_factory.mktemp("conformance"), "operator")
 
 
 @pytest.fixture(scope="module")
 def bare_runc(kube: Kube, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Scorecard]:
+    require_room(kube, CANARIES, 1, "the canaries")
     yield _run(kube, tmp_path_factory.mktemp("conformance"), "bare-runc")
 
 

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from tests.cluster.capacity import require_sandbox_room
 from tests.cluster.kube import Kube
 from tests.cluster.sandboxes import (
     OPERATOR_SA,
@@ -407,6 +408,7 @@ def _many(namespace: str, count: int, prefix: str, profile: str) -> tuple[list[s
 def test_a_hundred_sandboxes_at_once(operator: Kube, sandboxes_ns: str) -> None:
     with extra_profiles(operator, {"test-tiny": TINY}):
         wait_for("admission params", lambda: admission_has(operator, "test-tiny"), 30)
+        require_sandbox_room(operator, "test-tiny", 100)
         names, manifest = _many(sandboxes_ns, 100, "s", "test-tiny")
         operator.kubectl("apply", "-f", "-", stdin=manifest, timeout=300)
         wait_for(
@@ -423,6 +425,7 @@ def test_operator_killed_mid_create_converges_without_duplicates(
 ) -> None:
     with extra_profiles(operator, {"test-tiny": TINY}):
         wait_for("admission params", lambda: admission_has(operator, "test-tiny"), 30)
+        require_sandbox_room(operator, "test-tiny", 15)
         names, manifest = _many(sandboxes_ns, 15, "k", "test-tiny")
         operator.kubectl("apply", "-f", "-", stdin=manifest)
         operator.kubectl(

@@ -6,8 +6,8 @@ import math
 
 import pytest
 
+from openblox.client.arguments import checked_limits
 from openblox.client.errors import InvalidArgument
-from openblox.client.sync import checked_limits
 
 PROFILE = (60.0, 1 << 20)
 

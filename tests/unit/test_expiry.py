@@ -72,6 +72,14 @@ class TestComputeExpiry:
         sandbox = make_sandbox(annotations=active_at(10**6))
         assert compute_expiry(sandbox, LIFETIME, now=at(3600)) == Expiry(at(3600), "MaxAge", True)
 
+    def test_an_activity_stamp_at_the_end_of_time_is_max_age_not_an_overflow(self) -> None:
+        # Year 9999 + the idle timeout used to overflow, and the error
+        # stopped the reaper's pass for every sandbox, not only this one.
+        for stamp in ("9999-12-31T23:59:59Z", "9999-12-31T23:59:59-01:00"):
+            sandbox = make_sandbox(annotations={"openblox.sh/last-activity": stamp})
+            expiry = compute_expiry(sandbox, LIFETIME, now=at(3600))
+            assert expiry == Expiry(at(3600), "MaxAge", True)
+
     def test_an_activity_stamp_before_creation_counts_from_creation(self) -> None:
         sandbox = make_sandbox(annotations=active_at(-(10**6)))
         assert compute_expiry(sandbox, LIFETIME, now=at(0)).expires_at == at(900)

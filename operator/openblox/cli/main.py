@@ -4,12 +4,17 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
+
+import urllib3
+from kubernetes.client.exceptions import ApiException
+from kubernetes.config import ConfigException
 
 from openblox.client import Client, ExecResult, OpenbloxClientError, Sandbox
 from openblox.client.processes import LOG_BYTES
@@ -217,12 +222,14 @@ def _add_processes(sub: Any) -> None:
     stop = sub("stop", cmd_stop, "stop a background command and everything it started")
     stop.add_argument("name")
     stop.add_argument("process")
-    stop.add_argument("--grace", type=float, default=2.0, help="seconds between TERM and KILL")
+    stop.add_argument("--grace", type=_seconds, default=2.0, help="seconds between TERM and KILL")
     logs = sub("logs", cmd_logs, "print what a background command wrote")
     logs.add_argument("name")
     logs.add_argument("process")
     logs.add_argument("--stream", choices=("stdout", "stderr"), default="stdout")
-    logs.add_argument("--limit", type=int, default=LOG_BYTES, help="the last this many bytes")
+    logs.add_argument(
+        "--limit", type=_byte_count, default=LOG_BYTES, help="the last this many bytes"
+    )
 
 
 # --- preview links (docs/preview.md) -------------------------------------------------
@@ -241,14 +248,37 @@ def cmd_preview(client: Client, args: argparse.Namespace) -> int:
 def _add_preview(sub: Any) -> None:
     preview = sub("preview", cmd_preview, "print a signed link to a port inside a sandbox")
     preview.add_argument("name")
-    preview.add_argument("port", type=int)
-    preview.add_argument("--ttl", type=float, default=3600, help="seconds the link is valid")
+    preview.add_argument("port", type=_port)
+    preview.add_argument("--ttl", type=_seconds, default=3600, help="seconds the link is valid")
     preview.add_argument(
         "--base-url", help="the proxy's public address (default: from the cluster)"
     )
 
 
 # --- end of preview links ------------------------------------------------------------
+
+
+def _seconds(text: str) -> float:
+    """A finite number of seconds, 0 or more: argparse would take nan, inf and -1."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds, 0 or more")
+    return value
+
+
+def _port(text: str) -> int:
+    if not text.isdigit() or not 1 <= int(text) <= 65535:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port in 1..65535")
+    return int(text)
+
+
+def _byte_count(text: str) -> int:
+    if not text.isdigit():
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of bytes")
+    return int(text)
 
 
 def parser() -> argparse.ArgumentParser:
@@ -268,7 +298,7 @@ def parser() -> argparse.ArgumentParser:
     for command in (run, create):
         command.add_argument("--profile", default="code-exec")
         command.add_argument(
-            "--timeout", type=float, default=120.0, help="seconds to wait for Ready"
+            "--timeout", type=_seconds, default=120.0, help="seconds to wait for Ready"
         )
     create.add_argument("name", nargs="?")
     run.add_argument("--stdin", action="store_true", help="pass this command's stdin")
@@ -304,11 +334,21 @@ def main(argv: Sequence[str] | None = None) -> None:
         client = Client(args.namespace, kubeconfig=args.kubeconfig)
         sys.exit(args.handler(client, args))
     except OpenbloxClientError as error:
-        if args.json:
-            record = getattr(error, "record", None)
-            print(
-                json.dumps({"error": type(error).__name__, "message": str(error), "denial": record})
-            )
-        else:
-            print(f"openblox: {error}", file=sys.stderr)
-        sys.exit(2)
+        _fail(args, type(error).__name__, str(error), getattr(error, "record", None))
+    except (ConfigException, FileNotFoundError) as error:
+        _fail(args, "ConfigError", f"cannot load the kubeconfig: {error}")
+    except ApiException as error:
+        _fail(args, "ApiError", f"the API server answered {error.status} {error.reason}")
+    except urllib3.exceptions.HTTPError as error:
+        reason = getattr(error, "reason", None) or error
+        _fail(args, "Unreachable", f"cannot reach the API server: {reason}")
+
+
+def _fail(
+    args: argparse.Namespace, kind: str, message: str, record: dict[str, Any] | None = None
+) -> NoReturn:
+    if args.json:
+        print(json.dumps({"error": kind, "message": message, "denial": record}))
+    else:
+        print(f"openblox: {message}", file=sys.stderr)
+    sys.exit(2)

@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING, Any
 
 from kubernetes.client.exceptions import ApiException
 
-from openblox.client.errors import InvalidArgument, OpenbloxClientError
+from openblox.client.arguments import checked_port, checked_ttl
+from openblox.client.errors import OpenbloxClientError
 from openblox.preview.keys import SECRET_NAME, KeyRing, KeyRingError
 from openblox.preview.tokens import MAX_TTL_SECONDS, Grant, sign
 
@@ -67,10 +68,8 @@ def preview_url(
     now: float | None = None,
 ) -> str:
     """A signed URL to 127.0.0.1:`port` inside `sandbox`, valid for `ttl` seconds."""
-    if not 1 <= port <= 65535:
-        raise InvalidArgument(f"port {port} is not in 1..65535")
-    if not 0 < ttl <= MAX_TTL_SECONDS:
-        raise InvalidArgument(f"ttl must be in (0, {MAX_TTL_SECONDS}] seconds")
+    port = checked_port(port)
+    ttl = checked_ttl(ttl, MAX_TTL_SECONDS)
     core = sandbox._client._core
     key_id, key = read_key_ring(core).signing_key()
     uid = str(sandbox._body["metadata"]["uid"])

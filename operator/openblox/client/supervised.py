@@ -193,13 +193,25 @@ _MAX_FRAME = 1 << 20
 
 
 def _verdict(payload: bytes) -> dict[str, Any]:
+    """The verdict, with every field the client reads checked (one with only an exit code
+    used to pass here and then fail with a KeyError)."""
     try:
         verdict = json.loads(payload)
     except ValueError:
         verdict = None
-    if not isinstance(verdict, dict) or not isinstance(verdict.get("exit_code"), int):
+    if not (
+        isinstance(verdict, dict)
+        and _is_int(verdict.get("exit_code"))
+        and isinstance(verdict.get("timed_out"), bool)
+        and isinstance(verdict.get("truncated"), bool)
+        and (verdict.get("signal") is None or _is_int(verdict["signal"]))
+    ):
         raise ExecTransportError("the exec supervisor's verdict is malformed")
     return verdict
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 class _FrameDecoder:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import builtins
 import contextlib
 import json
-import math
 import secrets
 import threading
 import time
@@ -27,6 +26,15 @@ from kubernetes import config as k8s_config
 from kubernetes import watch
 from kubernetes.client.exceptions import ApiException
 
+from openblox.client.arguments import (
+    checked_argv,
+    checked_byte_count,
+    checked_cwd,
+    checked_grace,
+    checked_limits,
+    checked_stdin,
+    env_pairs,
+)
 from openblox.client.errors import (
     AdmissionDenied,
     ExecTransportError,
@@ -467,12 +475,9 @@ class Sandbox:
         timeout: float | None,
         output_limit: int | None,
     ) -> _SupervisedRun:
-        if isinstance(argv, str) or not argv:
-            raise InvalidArgument(
-                "argv must be a non-empty sequence of strings, not a shell string"
-            )
+        argv = checked_argv(argv)
         timeout, cap = checked_limits(timeout, output_limit, *self._limits())
-        data = stdin.encode() if isinstance(stdin, str) else stdin
+        data = checked_stdin(stdin)
         return self._run_supervised(timeout, cap, argv, stdin=data, env=env, cwd=cwd)
 
     def _run_supervised(
@@ -490,8 +495,8 @@ class Sandbox:
             repr(float(timeout)),
             str(cap),
             str(self._process_cap()),
-            cwd or "",
-            *_env_pairs(env),
+            checked_cwd(cwd),
+            *env_pairs(env),
             "--",
             *argv,
         ]
@@ -685,19 +690,15 @@ class Sandbox:
         to exec; the profile's exec timeout does not (the sandbox's lifetime does).
         """
         check_process_name(name)
-        if isinstance(argv, str) or not argv:
-            raise InvalidArgument(
-                "argv must be a non-empty sequence of strings, not a shell string"
-            )
         command = [
             "start",
             name,
             str(self._process_cap()),
-            cwd or "",
+            checked_cwd(cwd),
             str(LOG_BYTES),
-            *_env_pairs(env),
+            *env_pairs(env),
             "--",
-            *argv,
+            *checked_argv(argv),
         ]
         stdout = self._control(command)
         return Process.from_record(json.loads(stdout))
@@ -710,7 +711,8 @@ class Sandbox:
     def stop_process(self, name: str, *, grace: float = 2.0) -> Process:
         """SIGTERM the command's whole tree, SIGKILL what is left after `grace` seconds."""
         check_process_name(name)
-        stdout = self._control(["stop", name, repr(float(grace))], timeout=grace + 30)
+        seconds = checked_grace(grace)
+        stdout = self._control(["stop", name, repr(seconds)], timeout=seconds + 30)
         return Process.from_record(json.loads(stdout))
 
     def logs(self, name: str, *, stream: str = "stdout", limit: int = LOG_BYTES) -> bytes:
@@ -718,7 +720,7 @@ class Sandbox:
         check_process_name(name)
         if stream not in ("stdout", "stderr"):
             raise InvalidArgument(f"stream must be 'stdout' or 'stderr', not {stream!r}")
-        return self._control(["logs", name, stream, str(limit)])
+        return self._control(["logs", name, stream, str(checked_byte_count("limit", limit))])
 
     def _control(self, args: Sequence[str], timeout: float = 30.0) -> bytes:
         """Run one of the supervisor's own modes directly (it starts no guest code itself,
@@ -747,34 +749,6 @@ class Sandbox:
                 raise ProcessNotFound(message)
             raise ExecTransportError(f"{args[0]} failed (exit {code}): {message[-500:]}")
         return bytes(stdout)
-
-
-def checked_limits(
-    timeout: float | None, output_limit: int | None, max_timeout: float, max_output: int
-) -> tuple[float, int]:
-    """A call's (timeout, output cap): the profile's, or lower; never higher, never nonsense."""
-    if timeout is None:
-        timeout = max_timeout
-    elif not (isinstance(timeout, int | float) and math.isfinite(timeout) and timeout > 0):
-        raise InvalidArgument(f"timeout must be a positive number of seconds, not {timeout!r}")
-    elif timeout > max_timeout:
-        raise InvalidArgument(f"timeout {timeout}s is above the profile's {max_timeout:.0f}s")
-    if output_limit is None:
-        output_limit = max_output
-    elif isinstance(output_limit, bool) or not isinstance(output_limit, int) or output_limit < 0:
-        raise InvalidArgument(f"output_limit must be a whole number of bytes, not {output_limit!r}")
-    elif output_limit > max_output:
-        raise InvalidArgument(f"output_limit {output_limit} is above the profile's {max_output}")
-    return float(timeout), output_limit
-
-
-def _env_pairs(env: Mapping[str, str] | None) -> builtins.list[str]:
-    pairs = []
-    for key, value in (env or {}).items():
-        if not key or "=" in key or "\0" in key or "\0" in value:
-            raise InvalidArgument(f"environment variable name {key!r} is not valid")
-        pairs.append(f"{key}={value}")
-    return pairs
 
 
 def _parse_time(text: object) -> datetime | None:

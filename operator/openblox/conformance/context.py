@@ -65,6 +65,10 @@ class Environment:
             self.namespaces.append(name)
         return name
 
+    @property
+    def started_canaries(self) -> Canaries | None:
+        return self._canaries
+
     def canaries(self, node_name: str | None) -> Canaries:
         with self._lock:
             if self._canaries is not None:

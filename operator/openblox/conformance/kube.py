@@ -84,6 +84,23 @@ def message_of(error: BaseException) -> str:
     return f"{type(error).__name__}: {error}"
 
 
+class PodEnded(RuntimeError):
+    """A pod reached Failed or Succeeded while it was awaited; the message says why."""
+
+    def __init__(self, message: str, pod: Mapping[str, Any]) -> None:
+        super().__init__(message)
+        self.pod = pod
+
+    @property
+    def rejected_at_admission(self) -> bool:
+        """The kubelet refused the pod before any container ran (OutOfcpu, NodePorts...):
+        the node was short of something at that moment, not the pod's own fault."""
+        status = self.pod.get("status") or {}
+        return not status.get("containerStatuses") and str(status.get("message", "")).startswith(
+            "Pod was rejected"
+        )
+
+
 class Kube:
     """API access as one identity (``impersonate`` names a user to act as)."""
 
@@ -155,14 +172,56 @@ class Kube:
             pod = self.read_pod(namespace, name)
             status = (pod or {}).get("status") or {}
             if status.get("phase") in ("Failed", "Succeeded"):
-                raise RuntimeError(f"pod {namespace}/{name} ended: {_pod_summary(pod)}")
+                raise PodEnded(
+                    f"pod {namespace}/{name} ended: {self.explain_pod(namespace, name, pod)}",
+                    pod or {},
+                )
             if status.get("phase") == "Running" and (not ready or _pod_ready(status)):
                 assert pod is not None
                 return pod
             time.sleep(0.5)
         raise TimeoutError(
-            f"pod {namespace}/{name} not running after {timeout:.0f}s: {_pod_summary(pod)}"
+            f"pod {namespace}/{name} not running after {timeout:.0f}s: "
+            f"{self.explain_pod(namespace, name, pod)}"
         )
+
+    def explain_pod(self, namespace: str, name: str, pod: Mapping[str, Any] | None = None) -> str:
+        """Why a pod is where it is: its phase and reason, each container's state and exit
+        code, the last lines of its log, and the pod's Events, oldest first."""
+        parts = [_pod_summary(pod)]
+        for container in ((pod or {}).get("status") or {}).get("containerStatuses") or []:
+            if container.get("restartCount") or (container.get("state") or {}).get("terminated"):
+                parts.append(self._log_tail(namespace, name, str(container.get("name"))))
+        parts.append(self._events_of(namespace, name))
+        return "; ".join(part for part in parts if part)
+
+    def _log_tail(self, namespace: str, name: str, container: str, lines: int = 10) -> str:
+        try:
+            text = self.core.read_namespaced_pod_log(
+                name, namespace, container=container, tail_lines=lines
+            )
+        except ApiException as error:
+            return f"{container} log unavailable ({error.status})"
+        text = str(text or "").strip()
+        return f"{container} log tail: {text[-1500:]!r}" if text else f"{container} logged nothing"
+
+    def _events_of(self, namespace: str, name: str, most: int = 8) -> str:
+        try:
+            events = self.core.list_namespaced_event(
+                namespace, field_selector=f"involvedObject.name={name}"
+            ).items
+        except ApiException as error:
+            return f"events unavailable ({error.status})"
+        if not events:
+            return "no events"
+        events.sort(key=_event_time)
+        described = [
+            f"{e.type} {e.reason}"
+            + (f" x{e.count}" if (e.count or 1) > 1 else "")
+            + f": {(e.message or '').strip()[:300]}"
+            for e in events[-most:]
+        ]
+        return "events: " + " | ".join(described)
 
     def node(self, name: str) -> dict[str, Any] | None:
         try:
@@ -251,6 +310,11 @@ def _send(socket: ExecSocket, data: bytes) -> None:
         socket.close_stdin()
 
 
+def _event_time(event: Any) -> str:
+    moment = event.last_timestamp or event.event_time or event.metadata.creation_timestamp
+    return moment.isoformat() if moment else ""
+
+
 def _pod_ready(status: Mapping[str, Any]) -> bool:
     return any(
         c.get("type") == "Ready" and c.get("status") == "True"
@@ -263,6 +327,8 @@ def _pod_summary(pod: Mapping[str, Any] | None) -> str:
         return "no such pod"
     status = pod.get("status") or {}
     parts = [str(status.get("phase"))]
+    if status.get("reason") or status.get("message"):
+        parts.append(f"{status.get('reason') or ''}: {status.get('message') or ''}".strip(": "))
     for condition in status.get("conditions") or []:
         if condition.get("status") != "True" and condition.get("message"):
             parts.append(f"{condition.get('type')}: {condition.get('message')}")
@@ -271,8 +337,9 @@ def _pod_summary(pod: Mapping[str, Any] | None) -> str:
         for key in ("waiting", "terminated"):
             if state.get(key):
                 detail = state[key]
+                code = f" exit code {detail['exitCode']}" if "exitCode" in detail else ""
                 parts.append(
-                    f"{container.get('name')} {key} {detail.get('reason')} "
+                    f"{container.get('name')} {key} {detail.get('reason')}{code} "
                     f"{detail.get('message') or ''}".strip()
                 )
     return "; ".join(parts)

@@ -91,6 +91,7 @@ class TargetRun:
         started = time.monotonic()
         status, evidence = evaluate(self.context, prop)
         self._describe()
+        self._note_canaries()
         return Result(prop.id, self.target.name, status, evidence, time.monotonic() - started)
 
     def _describe(self) -> None:
@@ -118,6 +119,14 @@ class TargetRun:
             if any(v is not None for v in vars(limits).values())
             else "declared limits: none"
         )
+
+    def _note_canaries(self) -> None:
+        """What the canaries went through on the way up (a pod the kubelet refused)."""
+        canaries = self.context.environment.started_canaries
+        for note in canaries.notes if canaries else ():
+            line = f"canary: {note}"
+            if line not in self.target.notes:
+                self.target.notes.append(line)
 
     def close(self) -> None:
         self.context.close()

@@ -42,11 +42,15 @@ def compute_expiry(sandbox: Sandbox, lifetime: Lifetime, now: datetime) -> Expir
     """
     if now.tzinfo is None:
         raise ValueError("now must be an aware datetime")
-    idle_since = max(
-        sandbox.last_activity or sandbox.creation_timestamp, sandbox.creation_timestamp
+    max_age_deadline = sandbox.creation_timestamp + timedelta(seconds=lifetime.max_age_seconds)
+    # Capped at max age, which comes first anyway: a stamp such as year 9999 (any caller
+    # who may patch the Sandbox can write one) would otherwise overflow the date, and
+    # the error would stop the reaper's pass for every sandbox.
+    idle_since = min(
+        max(sandbox.last_activity or sandbox.creation_timestamp, sandbox.creation_timestamp),
+        max_age_deadline,
     )
     idle_deadline = idle_since + timedelta(seconds=lifetime.idle_timeout_seconds)
-    max_age_deadline = sandbox.creation_timestamp + timedelta(seconds=lifetime.max_age_seconds)
     if max_age_deadline <= idle_deadline:
         return Expiry(max_age_deadline, "MaxAge", expired=now >= max_age_deadline)
     return Expiry(idle_deadline, "Idle", expired=now >= idle_deadline)

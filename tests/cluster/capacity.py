@@ -1,0 +1,201 @@
+"""Room on the nodes, checked before a test that needs it, so a full node is reported as
+what is missing instead of a sandbox that times out Pending.
+
+Room is what the scheduler counts: a node's allocatable minus the requests of every pod
+bound to it that has not ended (one shutting down still holds its share), each pod's
+requests being its containers' sum or its largest init container, whichever is more,
+plus its RuntimeClass overhead. What a sandbox needs is read from the pod the operator
+would build: the profile from the live ConfigMap through ``build_pod``, and the overhead
+from the live RuntimeClass. Nothing here is a constant that a profile edit could outdate.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from openblox.builders.pod import build_pod
+from openblox.models import parse_profile, parse_quantity
+from openblox.models.sandbox import parse_sandbox
+from tests.cluster.kube import Kube
+
+_MI = 1 << 20
+
+
+@dataclass(frozen=True)
+class Requests:
+    cpu_millis: int = 0
+    memory_bytes: int = 0
+
+    def __add__(self, other: Requests) -> Requests:
+        return Requests(self.cpu_millis + other.cpu_millis, self.memory_bytes + other.memory_bytes)
+
+    def __sub__(self, other: Requests) -> Requests:
+        return Requests(self.cpu_millis - other.cpu_millis, self.memory_bytes - other.memory_bytes)
+
+    def times(self, count: int) -> Requests:
+        return Requests(self.cpu_millis * count, self.memory_bytes * count)
+
+    def fits_in(self, room: Requests) -> bool:
+        return self.cpu_millis <= room.cpu_millis and self.memory_bytes <= room.memory_bytes
+
+    def __str__(self) -> str:
+        return f"{self.cpu_millis}m CPU, {self.memory_bytes / _MI:.0f}Mi memory"
+
+
+def _resource_list(values: Mapping[str, Any] | None) -> Requests:
+    values = values or {}
+    cpu = values.get("cpu")
+    memory = values.get("memory")
+    return Requests(
+        int(parse_quantity(str(cpu)) * 1000) if cpu is not None else 0,
+        int(parse_quantity(str(memory))) if memory is not None else 0,
+    )
+
+
+def pod_requests(pod: Mapping[str, Any]) -> Requests:
+    """What the scheduler charges a node for this pod (its effective requests)."""
+    spec = pod.get("spec") or {}
+    total = Requests()
+    for container in spec.get("containers") or []:
+        total += _resource_list((container.get("resources") or {}).get("requests"))
+    for container in spec.get("initContainers") or []:
+        init = _resource_list((container.get("resources") or {}).get("requests"))
+        total = Requests(
+            max(total.cpu_millis, init.cpu_millis), max(total.memory_bytes, init.memory_bytes)
+        )
+    return total + _resource_list(spec.get("overhead"))
+
+
+def _placeholder_sandbox(namespace: str, name: str) -> dict[str, Any]:
+    return {
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "uid": "00000000-0000-0000-0000-000000000000",
+            "generation": 1,
+            "creationTimestamp": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        },
+        "spec": {"profile": "placeholder"},
+    }
+
+
+def sandbox_requests(kube: Kube, profile_name: str) -> Requests:
+    """What one Sandbox of this profile asks of a node: the operator's pod for it, as
+    ``build_pod`` makes it from the live profile, plus its RuntimeClass's overhead."""
+    data = kube.get("configmap", "openblox-profiles", "openblox-system").get("data") or {}
+    if profile_name not in data:
+        raise AssertionError(f"profile {profile_name} is not in openblox-profiles")
+    profile = parse_profile(profile_name, data[profile_name])
+    pod = build_pod(parse_sandbox(_placeholder_sandbox("room", "room")), profile)
+    runtime_class = kube.get("runtimeclass", profile.runtime_class_name)
+    pod["spec"]["overhead"] = (runtime_class.get("overhead") or {}).get("podFixed") or {}
+    return pod_requests(pod)
+
+
+@dataclass(frozen=True)
+class NodeRoom:
+    node: str
+    allocatable: Requests
+    requested: Requests
+    holders: tuple[tuple[str, Requests], ...]
+    """The pods holding the requests, largest first ("namespace/name")."""
+
+    @property
+    def free(self) -> Requests:
+        return self.allocatable - self.requested
+
+    def how_many(self, each: Requests) -> int:
+        free = self.free
+        counts = []
+        if each.cpu_millis:
+            counts.append(max(0, free.cpu_millis) // each.cpu_millis)
+        if each.memory_bytes:
+            counts.append(max(0, free.memory_bytes) // each.memory_bytes)
+        return min(counts) if counts else 1 << 30
+
+    def describe(self) -> str:
+        holders = ", ".join(f"{name} {held}" for name, held in self.holders[:12])
+        more = len(self.holders) - 12
+        return (
+            f"node {self.node}: allocatable {self.allocatable}, requested {self.requested}, "
+            f"free {self.free}; held by {holders}{f' and {more} more' if more > 0 else ''}"
+        )
+
+
+def _schedulable(node: Mapping[str, Any]) -> bool:
+    if (node.get("spec") or {}).get("unschedulable"):
+        return False
+    taints = (node.get("spec") or {}).get("taints") or []
+    return not any(t.get("effect") in ("NoSchedule", "NoExecute") for t in taints)
+
+
+def node_rooms(kube: Kube) -> list[NodeRoom]:
+    """Every schedulable node's room, as the scheduler would count it now."""
+    nodes = json.loads(kube.kubectl("get", "nodes", "-o", "json").stdout)["items"]
+    pods = json.loads(
+        kube.kubectl(
+            "get",
+            "pods",
+            "-A",
+            "--field-selector",
+            "status.phase!=Succeeded,status.phase!=Failed",
+            "-o",
+            "json",
+        ).stdout
+    )["items"]
+    rooms = []
+    for node in nodes:
+        name = node["metadata"]["name"]
+        if not _schedulable(node):
+            continue
+        on_node = [p for p in pods if (p.get("spec") or {}).get("nodeName") == name]
+        holders = sorted(
+            (
+                (f"{p['metadata']['namespace']}/{p['metadata']['name']}", pod_requests(p))
+                for p in on_node
+            ),
+            key=lambda item: (-item[1].cpu_millis, -item[1].memory_bytes),
+        )
+        requested = sum((held for _, held in holders), Requests())
+        allocatable = _resource_list((node.get("status") or {}).get("allocatable"))
+        rooms.append(NodeRoom(name, allocatable, requested, tuple(holders)))
+    return rooms
+
+
+def _fit(rooms: Iterable[NodeRoom], each: Requests) -> int:
+    return sum(room.how_many(each) for room in rooms)
+
+
+def require_room(
+    kube: Kube, each: Requests, count: int, what: str, *, patience: float = 120.0
+) -> None:
+    """Fail the test, saying what is short and who holds it, unless ``count`` pods of
+    ``each`` fit on the nodes. Waits up to ``patience`` seconds first: the pods of an
+    earlier test, still shutting down, hold their requests until they are gone."""
+    deadline = time.monotonic() + patience
+    while True:
+        rooms = node_rooms(kube)
+        fitting = _fit(rooms, each)
+        if fitting >= count:
+            return
+        if time.monotonic() > deadline:
+            break
+        time.sleep(2)
+    short = each.times(count - fitting)
+    raise AssertionError(
+        f"not enough room for {what}: it needs {count} x ({each}) = {each.times(count)}, "
+        f"only {fitting} fit; short by about {short}. "
+        + " | ".join(room.describe() for room in rooms)
+    )
+
+
+def require_sandbox_room(kube: Kube, profile_name: str, count: int = 1) -> Requests:
+    """``require_room`` for ``count`` Sandboxes of a profile; returns what one needs."""
+    each = sandbox_requests(kube, profile_name)
+    require_room(kube, each, count, f"{count} Sandbox(es) of profile {profile_name}")
+    return each

@@ -1,0 +1,167 @@
+"""`python -m tests.fuzz [--cases N] [--cluster-cases N] [--seed S] [--out docs/fuzzing.md]`:
+the larger fuzz run behind docs/fuzzing.md (`make fuzz`), with its seed and machine, so
+anyone can run it again. Without a reachable cluster the cluster surfaces are left out
+and the page says so. Run the cluster part under the cluster lock."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import platform
+import subprocess
+import sys
+import time
+from datetime import UTC, datetime
+from importlib import metadata
+from pathlib import Path
+
+from tests.fuzz import edges, pure
+from tests.fuzz.runner import Surface, Tally, run_surface
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def machine() -> str:
+    model = "unknown CPU"
+    with open("/proc/cpuinfo") as cpuinfo:  # noqa: PTH123
+        for line in cpuinfo:
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    return (
+        f"{platform.node()}: {os.cpu_count()} x {model}, {memory:.1f} GiB, "
+        f"{platform.system()} {platform.release()}, Python {platform.python_version()}, "
+        f"Hypothesis {metadata.version('hypothesis')}"
+    )
+
+
+def commit() -> str:
+    done = subprocess.run(
+        ["git", "-C", str(REPO), "describe", "--always", "--dirty"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    return done.stdout.strip() or "unknown"
+
+
+def row(surface: Surface, tally: Tally, operator_crashes: int | None, seconds: float) -> str:
+    refused = sum(n for k, n in tally.outcomes.items() if k.startswith("refused"))
+    crashes = tally.count("crash") + (operator_crashes or 0)
+    operator = "n/a" if operator_crashes is None else str(operator_crashes)
+    return (
+        f"| {surface.name} | {tally.cases} | {tally.cases - refused - len(tally.violations)} "
+        f"| {refused} | {crashes} | {operator} | {tally.count('weaker')} "
+        f"| {tally.count('unclear')} | {seconds:.0f} |"
+    )
+
+
+def outcomes(surface: Surface, tally: Tally) -> str:
+    counted = ", ".join(f"{k}: {n}" for k, n in sorted(tally.outcomes.items()))
+    return f"- **{surface.name}**: {surface.what}. {counted}."
+
+
+def run_cluster(cases: int, seed: int) -> list[tuple[Surface, Tally, int | None, float]]:
+    from openblox.conformance.kube import Kube
+    from tests.fuzz import cluster
+
+    kube = Kube.connect()
+    results = []
+    with cluster.FuzzNamespace(kube).open() as namespace:
+        for surface in (cluster.sandbox_surface(kube, namespace), cluster.profile_surface(kube)):
+            watch = cluster.Operator(kube)
+            started = time.monotonic()
+            tally = run_surface(surface, cases, seed)
+            cluster.still_serves(kube, namespace)
+            results.append((surface, tally, watch.crashes(), time.monotonic() - started))
+    return results
+
+
+def main() -> None:
+    options = argparse.ArgumentParser(description=__doc__)
+    options.add_argument("--cases", type=int, default=2000)
+    options.add_argument("--cluster-cases", type=int, default=300)
+    options.add_argument("--seed", type=int, default=20261201)
+    options.add_argument("--no-cluster", action="store_true")
+    options.add_argument("--out", default=str(REPO / "docs" / "fuzzing.md"))
+    args = options.parse_args()
+    logging.disable(logging.CRITICAL)
+    results: list[tuple[Surface, Tally, int | None, float]] = []
+    for surface in (*pure.SURFACES, *edges.SURFACES):
+        # The supervisor runs a process per case: a tenth of the count.
+        count = args.cases // 10 if surface is pure.SUPERVISOR else args.cases
+        started = time.monotonic()
+        results.append((surface, run_surface(surface, count, args.seed), None, 0.0))
+        results[-1] = (*results[-1][:3], time.monotonic() - started)
+        print(f"{surface.name}: {results[-1][1].cases} cases", file=sys.stderr)
+    note = ""
+    if args.no_cluster:
+        note = "The cluster surfaces were not run (--no-cluster).\n"
+    else:
+        results += run_cluster(args.cluster_cases, args.seed)
+    write(Path(args.out), results, args, note)
+    violations = [v for _, tally, _, _ in results for v in tally.violations]
+    for violation in violations:
+        print(violation, file=sys.stderr)
+    sys.exit(1 if violations or any(c for _, _, c, _ in results) else 0)
+
+
+def write(
+    out: Path,
+    results: list[tuple[Surface, Tally, int | None, float]],
+    args: argparse.Namespace,
+    note: str,
+) -> None:
+    table = "\n".join(row(*result) for result in results)
+    detail = "\n".join(outcomes(surface, tally) for surface, tally, _, _ in results)
+    found = [v for _, tally, _, _ in results for v in tally.violations]
+    out.write_text(
+        "# Fuzzing: generated bad input against every surface\n\n"
+        "Generated by `make fuzz` (`python -m tests.fuzz`); do not edit by hand. "
+        "The bounded run in `make test` is the same code at a smaller count "
+        "(tests/unit/test_fuzz.py, tests/cluster/test_fuzz.py).\n\n"
+        f"- seed {args.seed}, {args.cases} cases per surface without a cluster "
+        f"({args.cases // 10} for the supervisor, a process each), "
+        f"{args.cluster_cases} per cluster surface\n"
+        f"- machine: {machine()}\n"
+        f"- commit {commit()}, {datetime.now(UTC):%Y-%m-%d %H:%M} UTC\n\n"
+        + note
+        + "\nA case is *accepted* (handled whole), *refused* (the surface's own typed error,"
+        " with a message that passes `tests/fuzz/oracle.py:clear`), or a violation: a "
+        "*crash* (any other exception, an API server 5xx, a Sandbox the operator never "
+        "reconciled), a *weaker* pod (`oracle.weaknesses` against the profile the operator "
+        "parsed), or an *unclear* refusal. *Operator* counts restarts and replaced pods of "
+        "the operator during a cluster surface; after each, a good Sandbox must still reach "
+        "Ready.\n\n"
+        "| surface | cases | accepted | refused | crashes | operator restarts | weaker pods "
+        "| unclear refusals | seconds |\n"
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |\n"
+        f"{table}\n\n"
+        "What each surface is fed, and how the cases were handled:\n\n"
+        f"{detail}\n\n"
+        + (
+            "## Violations\n\n" + "\n".join(f"- `{v[:400]}`" for v in found) + "\n"
+            if found
+            else "No violations.\n"
+        )
+        + "\n## Found while building these fuzzers, and fixed\n\n"
+        "- A `openblox.sh/last-activity` stamp in year 9999 (any caller allowed to patch "
+        "its Sandbox can write one) overflowed the idle deadline; the error stopped the "
+        "reaper's pass for every sandbox. The idle deadline is now capped at max age "
+        "(`lifetime/expiry.py`).\n"
+        "- A supervisor verdict with only an exit code was accepted by the client's "
+        "decoder and then failed with a KeyError; every field is now checked.\n"
+        "- The client sent non-string argv items, non-string env values and cwd to the "
+        "sandbox, and failed with TypeError/ValueError on a non-number `grace`, a "
+        "non-integer `limit`, `port` or `ttl`; all are `InvalidArgument` now "
+        "(`client/arguments.py`).\n"
+        "- The command line ended in a traceback when the API server could not be reached "
+        "or the kubeconfig could not be loaded, and took `nan`, `inf` and negative "
+        "timeouts; it now says what failed and exits 2.\n"
+    )
+
+
+if __name__ == "__main__":
+    main()

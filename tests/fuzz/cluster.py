@@ -1,0 +1,328 @@
+"""The surfaces that need the real API server and operator: Sandbox specs (structural
+schema, CEL, the admission policies, then the operator's reconcile) and profile entries
+in the admins' ConfigMap (the operator's profile watch).
+
+Each generated Sandbox is created in a namespace of the run's own; it must be refused
+with a 4xx and a clear message, or be reconciled (observedGeneration caught up, a Ready
+condition with a clear message) and, where a pod exists, the pod must be no weaker than
+the profile as the operator parses it from the live ConfigMap. Around the run the
+operator pod must keep its uid and restart count, and still bring a good Sandbox to
+Ready at the end.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import secrets
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import yaml
+from hypothesis import strategies as st
+from kubernetes.client.exceptions import ApiException
+
+from openblox.conformance.kube import Kube
+from openblox.models import ProfileError, parse_profile
+from openblox.names import GROUP, PLURAL, VERSION
+from tests.fuzz.oracle import Violation, clear, weaknesses
+from tests.fuzz.pure import PROFILE_DOCUMENTS, SCALARS, SPEC_FIELD, TIMESTAMPS, VALUES
+from tests.fuzz.runner import Surface
+
+SYSTEM = "openblox-system"
+FUZZ_PROFILE = "test-fuzz"
+# The shipped profile's fields at the least that boots, so accepted cases cost the node
+# little; the oracle compares against whatever the live ConfigMap says.
+FUZZ_PROFILE_YAML = yaml.safe_dump(
+    {
+        "image": "openblox.local/sandbox:0.1.0",
+        "runtimeClassName": "gvisor",
+        "resources": {"cpu": "10m", "memory": "96Mi", "scratch": "16Mi", "processes": 64},
+        "lifetime": {"idleTimeoutSeconds": 600, "maxAgeSeconds": 1200},
+    }
+)
+RECONCILE_SECONDS = 30.0
+
+
+class Operator:
+    """What must not change while the operator is fed garbage: its pod and restarts."""
+
+    def __init__(self, kube: Kube) -> None:
+        self.kube = kube
+        self.before = self.snapshot()
+
+    def snapshot(self) -> list[tuple[str, int]]:
+        pods = self.kube.core.list_namespaced_pod(
+            SYSTEM, label_selector="app.kubernetes.io/name=openblox-operator"
+        ).items
+        return sorted(
+            (p.metadata.uid, sum(c.restart_count for c in p.status.container_statuses or []))
+            for p in pods
+        )
+
+    def crashes(self) -> int:
+        """Restarts and replaced pods since the start (0 when it held)."""
+        after = dict(self.snapshot())
+        lost = [uid for uid, _ in self.before if uid not in after]
+        restarts = sum(after[uid] - count for uid, count in self.before if uid in after)
+        return len(lost) + restarts
+
+
+class FuzzNamespace:
+    """An opted-in namespace and the fuzz profile, for the length of a run."""
+
+    def __init__(self, kube: Kube) -> None:
+        self.kube = kube
+        self.name = f"fuzz-{secrets.token_hex(3)}"
+
+    @contextlib.contextmanager
+    def open(self) -> Iterator[FuzzNamespace]:
+        core = self.kube.core
+        core.create_namespace(
+            {"metadata": {"name": self.name, "labels": {"openblox.sh/sandboxes": "enabled"}}}
+        )
+        _patch_profiles(self.kube, {FUZZ_PROFILE: FUZZ_PROFILE_YAML})
+        try:
+            _wait(lambda: FUZZ_PROFILE in _admission_profiles(self.kube), 60, "the fuzz profile")
+            yield self
+        finally:
+            _patch_profiles(self.kube, {FUZZ_PROFILE: None})
+            with contextlib.suppress(ApiException):
+                core.delete_namespace(self.name, propagation_policy="Background")
+
+    def profile(self) -> Any:
+        data = self.kube.core.read_namespaced_config_map("openblox-profiles", SYSTEM).data or {}
+        return parse_profile(FUZZ_PROFILE, data[FUZZ_PROFILE])
+
+
+def _patch_profiles(kube: Kube, data: dict[str, str | None]) -> None:
+    kube.core.patch_namespaced_config_map("openblox-profiles", SYSTEM, {"data": data})
+
+
+def _admission_profiles(kube: Kube) -> set[str]:
+    with contextlib.suppress(ApiException):
+        params = kube.core.read_namespaced_config_map("openblox-profile-admission", SYSTEM)
+        return set((params.data or {}).keys())
+    return set()
+
+
+def _wait(probe: Any, timeout: float, what: str) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if result := probe():
+            return result
+        time.sleep(0.3)
+    raise Violation("crash", f"timed out after {timeout:.0f}s waiting for {what}")
+
+
+# --- Sandbox specs through the API server --------------------------------------------------
+
+NAMES = st.one_of(
+    st.from_regex(r"[a-z][a-z0-9-]{0,20}[a-z0-9]", fullmatch=True),
+    st.from_regex(r"[a-z]{1,5}\.[a-z]{1,5}", fullmatch=True),
+    st.from_regex(r"[a-z]{64,70}", fullmatch=True),
+    st.text(max_size=12),
+)
+SPECS = st.builds(
+    lambda profile, idle, age, extra: (
+        {
+            k: v
+            for k, v in {
+                "profile": profile,
+                "idleTimeoutSeconds": idle,
+                "maxAgeSeconds": age,
+            }.items()
+            if v is not None
+        }
+        | extra
+    ),
+    st.one_of(
+        st.just(FUZZ_PROFILE),
+        st.just(FUZZ_PROFILE),
+        st.sampled_from(["no-such-profile", "Code-Exec", ""]),
+        SCALARS,
+    ),
+    SPEC_FIELD,
+    SPEC_FIELD,
+    st.dictionaries(
+        st.sampled_from(["image", "runtimeClassName", "securityContext", "user", "hostNetwork"]),
+        VALUES,
+        max_size=2,
+    ),
+)
+SANDBOX_CASES = st.tuples(
+    NAMES,
+    st.one_of(SPECS, VALUES),
+    st.one_of(st.none(), TIMESTAMPS),
+    st.one_of(st.none(), st.dictionaries(st.text(max_size=8), VALUES, max_size=2)),
+)
+
+
+class SandboxSpecs:
+    """The check for one generated Sandbox, bound to a run's namespace."""
+
+    def __init__(self, kube: Kube, namespace: FuzzNamespace) -> None:
+        self.kube = kube
+        self.namespace = namespace
+        self.profile = namespace.profile()
+
+    def __call__(self, case: tuple[str, Any, str | None, Any]) -> str:
+        name, spec, stamp, status = case
+        body: dict[str, Any] = {
+            "apiVersion": f"{GROUP}/{VERSION}",
+            "kind": "Sandbox",
+            "metadata": {"name": name, "namespace": self.namespace.name},
+            "spec": spec,
+        }
+        if stamp is not None:
+            body["metadata"]["annotations"] = {"openblox.sh/last-activity": stamp}
+        if status is not None:
+            body["status"] = status
+        try:
+            created = self.kube.custom.create_namespaced_custom_object(
+                GROUP, VERSION, self.namespace.name, PLURAL, body
+            )
+        except ApiException as error:
+            return _refusal(error)
+        except ValueError as error:  # the client itself refuses to send it (e.g. a name)
+            clear(str(error))
+            return "refused by the client library"
+        try:
+            return self._judge(created)
+        finally:
+            with contextlib.suppress(ApiException):
+                self.kube.custom.delete_namespaced_custom_object(
+                    GROUP, VERSION, self.namespace.name, PLURAL, created["metadata"]["name"]
+                )
+
+    def _judge(self, created: dict[str, Any]) -> str:
+        name = created["metadata"]["name"]
+        generation = created["metadata"]["generation"]
+
+        def reconciled() -> dict[str, Any] | None:
+            body = self.kube.custom.get_namespaced_custom_object(
+                GROUP, VERSION, self.namespace.name, PLURAL, name
+            )
+            status = body.get("status") or {}
+            ready = [c for c in status.get("conditions") or [] if c.get("type") == "Ready"]
+            if status.get("observedGeneration") == generation and ready:
+                return ready[0]
+            return None
+
+        ready = _wait(reconciled, RECONCILE_SECONDS, f"the operator to reconcile {name}")
+        clear(str(ready.get("message") or ready.get("reason")))
+        pod = self._pod(name)
+        if pod is not None:
+            found = weaknesses(pod, self.profile)
+            if found:
+                raise Violation("weaker", f"pod {name}: {'; '.join(found)}")
+            return f"accepted, pod built ({ready.get('reason')})"
+        return f"accepted, no pod ({ready.get('reason')})"
+
+    def _pod(self, name: str) -> dict[str, Any] | None:
+        with contextlib.suppress(ApiException):
+            pod = self.kube.core.read_namespaced_pod(name, self.namespace.name)
+            return self.kube.plain(pod)
+        return None
+
+
+def _refusal(error: ApiException) -> str:
+    if error.status is None or not 400 <= error.status < 500:
+        raise Violation("crash", f"the API server answered {error.status}: {error.body!r:.300}")
+    try:
+        message = str(json.loads(error.body or "{}").get("message") or "")
+    except ValueError:
+        message = str(error.body or "")
+    clear(message)
+    return f"refused: {error.status}"
+
+
+def sandbox_surface(kube: Kube, namespace: FuzzNamespace) -> Surface:
+    return Surface(
+        "Sandbox specs (API server and operator)",
+        "generated names, specs, annotations and status -> create through the API server",
+        SANDBOX_CASES,
+        SandboxSpecs(kube, namespace),
+    )
+
+
+# --- profile entries in the live ConfigMap -------------------------------------------------
+
+
+class ProfileEntries:
+    """One generated entry under a key of its own; refused ones must get a ProfileRefused
+    Event naming the key and stay out of admission, accepted ones must reach it."""
+
+    def __init__(self, kube: Kube) -> None:
+        self.kube = kube
+        self.count = 0
+
+    def __call__(self, document: str) -> str:
+        self.count += 1
+        key = f"fuzz-entry-{secrets.token_hex(3)}"
+        try:
+            parse_profile(key, document)
+            expect_refusal = False
+        except ProfileError:
+            expect_refusal = True
+        since = time.time()
+        _patch_profiles(self.kube, {key: document})
+        try:
+            if expect_refusal:
+                message = _wait(lambda: self._refused(key, since), 20, f"ProfileRefused for {key}")
+                clear(message, must_mention=f'profile "{key}"')
+                if key in _admission_profiles(self.kube):
+                    raise Violation("weaker", f"refused profile {key} is admitted")
+                return "refused: ProfileRefused"
+            _wait(lambda: key in _admission_profiles(self.kube), 20, f"{key} admitted")
+            return "accepted"
+        finally:
+            _patch_profiles(self.kube, {key: None})
+
+    def _refused(self, key: str, since: float) -> str | None:
+        events = self.kube.core.list_namespaced_event(
+            SYSTEM, field_selector="involvedObject.name=openblox-profiles"
+        ).items
+        for event in events:
+            if event.reason == "ProfileRefused" and f'profile "{key}"' in (event.message or ""):
+                return str(event.message)
+        return None
+
+
+def profile_surface(kube: Kube) -> Surface:
+    return Surface(
+        "profile entries (live ConfigMap)",
+        "generated entries patched into openblox-profiles -> the operator's profile watch",
+        PROFILE_DOCUMENTS,
+        ProfileEntries(kube),
+    )
+
+
+def still_serves(kube: Kube, namespace: FuzzNamespace, timeout: float = 120.0) -> None:
+    """A good Sandbox still reaches Ready, and code-exec is still admitted."""
+    if "code-exec" not in _admission_profiles(kube):
+        raise Violation("crash", "code-exec is no longer admitted")
+    name = f"after-{secrets.token_hex(3)}"
+    body = {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "Sandbox",
+        "metadata": {"name": name},
+        "spec": {"profile": FUZZ_PROFILE},
+    }
+    kube.custom.create_namespaced_custom_object(GROUP, VERSION, namespace.name, PLURAL, body)
+
+    def ready() -> bool:
+        got = kube.custom.get_namespaced_custom_object(GROUP, VERSION, namespace.name, PLURAL, name)
+        return any(
+            c.get("type") == "Ready" and c.get("status") == "True"
+            for c in (got.get("status") or {}).get("conditions") or []
+        )
+
+    try:
+        _wait(ready, timeout, f"{name} to be Ready after the run")
+    finally:
+        with contextlib.suppress(ApiException):
+            kube.custom.delete_namespaced_custom_object(
+                GROUP, VERSION, namespace.name, PLURAL, name
+            )
