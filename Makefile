@@ -9,7 +9,7 @@ CLUSTER := PYTHON=$(abspath $(PY)) cluster/cluster.sh
 export PATH := /var/lib/openblox/bin:$(abspath $(VENV))/bin:$(PATH)
 PYTEST := $(PY) -m pytest -p no:cacheprovider
 
-.PHONY: help up down test lint unit cluster-tests conformance bench install venv operator-image kind-up kind-test kind-down
+.PHONY: help up down test lint unit cluster-tests conformance bench install venv operator-image kind-up kind-test kind-down fuzz
 
 help:
 	@echo "make up           start the embedded cluster (or use KUBECONFIG), install the operator, print 42"
@@ -19,6 +19,7 @@ help:
 	@echo "make conformance  the adversarial conformance suite against the cluster"
 	@echo "make kind-up      a three-node kind cluster built here, openblox installed, print 42"
 	@echo "make kind-test    the tests on that kind cluster (creates it the first time)"
+	@echo "make fuzz         the larger fuzz run; figures in docs/fuzzing.md"
 
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
@@ -67,3 +68,7 @@ kind-down:
 
 bench: install
 	$(PY) -m bench $(BENCH_ARGS)
+
+# Seeded; the cluster part is run under the cluster lock.
+fuzz: install
+	flock /tmp/openblox-cluster.lock $(PY) -m tests.fuzz $(FUZZ_ARGS)

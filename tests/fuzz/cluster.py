@@ -25,7 +25,7 @@ from kubernetes.client.exceptions import ApiException
 
 from openblox.conformance.kube import Kube
 from openblox.models import ProfileError, parse_profile
-from openblox.names import GROUP, PLURAL, VERSION
+from openblox.names import GROUP, LABEL_SANDBOX, PLURAL, VERSION
 from tests.fuzz.oracle import Violation, clear, weaknesses
 from tests.fuzz.pure import PROFILE_DOCUMENTS, SCALARS, SPEC_FIELD, TIMESTAMPS, VALUES
 from tests.fuzz.runner import Surface
@@ -207,24 +207,22 @@ class SandboxSpecs:
             status = body.get("status") or {}
             ready = [c for c in status.get("conditions") or [] if c.get("type") == "Ready"]
             if status.get("observedGeneration") == generation and ready:
-                return ready[0]
+                return status
             return None
 
-        ready = _wait(reconciled, RECONCILE_SECONDS, f"the operator to reconcile {name}")
+        status = _wait(reconciled, RECONCILE_SECONDS, f"the operator to reconcile {name}")
+        ready = next(c for c in status["conditions"] if c.get("type") == "Ready")
         clear(str(ready.get("message") or ready.get("reason")))
-        pod = self._pod(name)
-        if pod is not None:
-            found = weaknesses(pod, self.profile)
+        # By label, not by name: a pod from a warm pool keeps its own name.
+        pods = self.kube.core.list_namespaced_pod(
+            self.namespace.name, label_selector=f"{LABEL_SANDBOX}={name}"
+        ).items
+        for pod in pods:
+            found = weaknesses(self.kube.plain(pod), self.profile)
             if found:
-                raise Violation("weaker", f"pod {name}: {'; '.join(found)}")
-            return f"accepted, pod built ({ready.get('reason')})"
-        return f"accepted, no pod ({ready.get('reason')})"
-
-    def _pod(self, name: str) -> dict[str, Any] | None:
-        with contextlib.suppress(ApiException):
-            pod = self.kube.core.read_namespaced_pod(name, self.namespace.name)
-            return self.kube.plain(pod)
-        return None
+                raise Violation("weaker", f"pod {pod.metadata.name}: {'; '.join(found)}")
+        built = "pod built" if pods else "no pod"
+        return f"accepted, {built} ({ready.get('reason')})"
 
 
 def _refusal(error: ApiException) -> str:

@@ -191,7 +191,22 @@ ARGV = st.one_of(
     st.text(max_size=10),
     st.none(),
 )
+SHORT = st.text(max_size=8)
 CALLS = st.one_of(
+    # Near-valid calls, so the accepted path is exercised as often as the refusals.
+    st.tuples(
+        st.just("exec"),
+        st.fixed_dictionaries(
+            {
+                "argv": st.lists(st.text(max_size=12), min_size=1, max_size=4),
+                "timeout": st.one_of(st.none(), st.floats(0.001, 120), st.integers(-1, 61)),
+                "output_limit": st.one_of(st.none(), st.integers(-1, (1 << 20) + 1)),
+                "env": st.one_of(st.none(), st.dictionaries(SHORT, SHORT)),
+                "cwd": st.one_of(st.none(), st.text(max_size=10)),
+                "stdin": st.one_of(st.none(), st.binary(max_size=10), st.text(max_size=10)),
+            }
+        ),
+    ),
     st.tuples(
         st.just("exec"),
         st.fixed_dictionaries(

@@ -1,0 +1,136 @@
+"""The conformance suite's canaries on a busy node, and what it says when one fails.
+
+On a fresh clone, `make test` once failed 12 properties with only "canary-net ended:
+Failed". The canaries named their node in spec.nodeName, which skips the scheduler: the
+kubelet then admits the pod on its own and fails it at once (OutOfcpu) if the node's
+CPU requests are full at that moment, as they are while an earlier test's sandboxes
+shut down. These tests fill the node, show that rejection, and show the canaries now
+wait in the scheduler's queue instead and start once there is room.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import secrets
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from openblox.conformance.canaries import NET, Canaries
+from openblox.conformance.kube import Kube as ApiKube
+from openblox.conformance.kube import PodEnded
+from openblox.conformance.settings import DEFAULT_IMAGE
+from tests.cluster.capacity import node_rooms
+from tests.cluster.kube import Kube
+
+pytestmark = pytest.mark.cluster
+
+
+@pytest.fixture
+def api(kube: Kube) -> ApiKube:
+    return ApiKube.connect(kube.kubeconfig)
+
+
+@pytest.fixture
+def scratch(api: ApiKube) -> Iterator[str]:
+    name = f"t-canaries-{secrets.token_hex(3)}"
+    api.core.create_namespace({"metadata": {"name": name}})
+    yield name
+    api.core.delete_namespace(name, propagation_policy="Background")
+
+
+def _pod(name: str, command: list[str], cpu: str, node: str | None = None) -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        "restartPolicy": "Never",
+        "terminationGracePeriodSeconds": 0,
+        "automountServiceAccountToken": False,
+        "containers": [
+            {
+                "name": "c",
+                "image": DEFAULT_IMAGE,
+                "imagePullPolicy": "Never",
+                "command": command,
+                "resources": {"requests": {"cpu": cpu, "memory": "16Mi"}},
+            }
+        ],
+    }
+    if node:
+        spec["nodeName"] = node
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec}
+
+
+def test_a_failed_pod_is_reported_with_exit_code_log_tail_and_events(
+    api: ApiKube, scratch: str
+) -> None:
+    api.core.create_namespaced_pod(
+        scratch, _pod("dies", ["sh", "-c", "echo starting; echo last words >&2; exit 3"], "1m")
+    )
+    with pytest.raises(PodEnded) as ended:
+        api.wait_pod(scratch, "dies", 120)
+    said = str(ended.value)
+    assert "exit code 3" in said, said
+    assert "last words" in said, said
+    assert "events: " in said and "Started" in said, said
+    assert not ended.value.rejected_at_admission
+
+
+@contextlib.contextmanager
+def _node_filled(api: ApiKube, kube: Kube, namespace: str) -> Iterator[str]:
+    """A placeholder pod holding all but 5m of the node's free CPU."""
+    room = max(node_rooms(kube), key=lambda r: r.free.cpu_millis)
+    hold = room.free.cpu_millis - 5
+    if hold < 50:
+        pytest.fail(f"the node is already full, nothing to fill: {room.describe()}")
+    api.core.create_namespaced_pod(
+        namespace, _pod("placeholder", ["sleep", "infinity"], f"{hold}m", room.node)
+    )
+    api.wait_pod(namespace, "placeholder", 120)
+    try:
+        yield room.node
+    finally:
+        with contextlib.suppress(Exception):
+            api.core.delete_namespaced_pod("placeholder", namespace, grace_period_seconds=0)
+
+
+def test_on_a_full_node_the_canaries_wait_for_room_instead_of_failing(
+    api: ApiKube, kube: Kube, scratch: str
+) -> None:
+    with _node_filled(api, kube, scratch) as node:
+        # What the canaries used to do: name the node. The kubelet refuses the pod.
+        api.core.create_namespaced_pod(scratch, _pod("named", ["sleep", "60"], "10m", node))
+        with pytest.raises(PodEnded) as ended:
+            api.wait_pod(scratch, "named", 60)
+        assert ended.value.rejected_at_admission, str(ended.value)
+        assert "OutOfcpu" in str(ended.value), str(ended.value)
+
+        canaries = Canaries(
+            api, scratch, image=DEFAULT_IMAGE, pull_policy="Never", node_name=node, node_ip=None
+        )
+        outcome: dict[str, Any] = {}
+        starter = threading.Thread(
+            target=lambda: outcome.update(error=_start(canaries)), daemon=True
+        )
+        starter.start()
+        deadline = time.monotonic() + 60
+        pending = ""
+        while time.monotonic() < deadline and "Insufficient cpu" not in pending:
+            pod = api.read_pod(scratch, NET) or {}
+            pending = api.explain_pod(scratch, NET, pod) if pod else ""
+            time.sleep(1)
+        assert "Insufficient cpu" in pending, pending
+        assert (api.read_pod(scratch, NET) or {}).get("status", {}).get("phase") == "Pending"
+    starter.join(150)
+    assert not starter.is_alive()
+    assert outcome["error"] is None, outcome["error"]
+    assert canaries.addresses.net_pod
+
+
+def _start(canaries: Canaries) -> str | None:
+    try:
+        canaries.start(timeout=120)
+    except Exception as error:
+        return f"{type(error).__name__}: {error}"
+    return None

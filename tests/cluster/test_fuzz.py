@@ -1,0 +1,62 @@
+"""The bounded, seeded fuzz run against the real API server and operator (part of `make
+test`; the larger run is `make fuzz`, docs/fuzzing.md). Generated Sandboxes are refused
+with a clear 4xx or reconciled into a pod no weaker than the profile; generated profile
+entries are refused with a ProfileRefused Event while the others stay in service; and
+the operator neither restarts nor stops serving."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+
+import pytest
+
+from openblox.conformance.kube import Kube as ApiKube
+from tests.cluster.capacity import require_room, sandbox_requests
+from tests.cluster.kube import Kube
+from tests.fuzz import cluster
+from tests.fuzz.runner import run_surface
+
+pytestmark = pytest.mark.cluster
+
+SEED = 20261201
+SANDBOX_CASES = 40
+PROFILE_CASES = 6
+
+
+@pytest.fixture(scope="module")
+def api(operator: Kube) -> ApiKube:
+    return ApiKube.connect(operator.kubeconfig)
+
+
+@pytest.fixture(scope="module")
+def fuzz_namespace(operator: Kube, api: ApiKube) -> Iterator[cluster.FuzzNamespace]:
+    logging.getLogger("kubernetes").setLevel(logging.WARNING)
+    with cluster.FuzzNamespace(api).open() as namespace:
+        # A few accepted cases' pods may overlap while they shut down.
+        require_room(operator, sandbox_requests(operator, cluster.FUZZ_PROFILE), 4, "fuzz pods")
+        yield namespace
+
+
+def test_generated_sandboxes_are_refused_clearly_or_never_weaker(
+    api: ApiKube, fuzz_namespace: cluster.FuzzNamespace
+) -> None:
+    watch = cluster.Operator(api)
+    tally = run_surface(cluster.sandbox_surface(api, fuzz_namespace), SANDBOX_CASES, SEED)
+    cluster.still_serves(api, fuzz_namespace)
+    assert tally.violations == []
+    assert tally.cases == SANDBOX_CASES
+    assert watch.crashes() == 0
+    accepted = sum(n for k, n in tally.outcomes.items() if k.startswith("accepted"))
+    assert accepted and accepted < tally.cases, tally.outcomes
+
+
+def test_generated_profile_entries_are_refused_while_the_others_serve(
+    api: ApiKube, fuzz_namespace: cluster.FuzzNamespace
+) -> None:
+    watch = cluster.Operator(api)
+    tally = run_surface(cluster.profile_surface(api), PROFILE_CASES, SEED)
+    cluster.still_serves(api, fuzz_namespace)
+    assert tally.violations == []
+    assert tally.outcomes["refused: ProfileRefused"] >= 1, tally.outcomes
+    assert watch.crashes() == 0
