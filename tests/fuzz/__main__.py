@@ -48,7 +48,7 @@ def commit() -> str:
 
 
 def row(surface: Surface, tally: Tally, operator_crashes: int | None, seconds: float) -> str:
-    refused = sum(n for k, n in tally.outcomes.items() if k.startswith("refused"))
+    refused = sum(n for k, n in tally.outcomes.items() if "refused" in k)
     crashes = tally.count("crash") + (operator_crashes or 0)
     operator = "n/a" if operator_crashes is None else str(operator_crashes)
     return (
