@@ -225,6 +225,21 @@ def test_unknown_profile_raises_admission_denied_with_a_record(client: Client) -
     assert "does not exist" in raised.value.record["because"]
 
 
+def test_a_too_long_lifetime_raises_admission_denied_and_spares_a_running_sandbox(
+    client: Client, box: Sandbox
+) -> None:
+    with pytest.raises(AdmissionDenied) as raised:
+        client.create("code-exec", "too-long", max_age_seconds=10**6)
+    record = raised.value.record
+    assert record["denied"] == "admission"
+    assert record["profile"] == "code-exec"
+    assert (
+        'spec.maxAgeSeconds is 1000000s but profile "code-exec" allows at most'
+        in (record["because"])
+    )
+    assert box.exec(["python3", "-c", "print(6*7)"]).stdout == b"42\n"
+
+
 def test_terminal_condition_raises_at_once(client: Client) -> None:
     started = time.monotonic()
     with pytest.raises(SandboxNotReady) as raised:

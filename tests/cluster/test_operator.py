@@ -154,15 +154,37 @@ def test_invalid_names_are_refused(
     assert message in result.stderr
 
 
-def test_a_lifetime_longer_than_the_profile_allows_is_reported(
-    operator: Kube, sandboxes_ns: str
+@pytest.mark.parametrize("field", ["maxAgeSeconds", "idleTimeoutSeconds"])
+def test_a_lifetime_longer_than_the_profile_allows_is_refused_at_admission(
+    operator: Kube, sandboxes_ns: str, field: str
 ) -> None:
-    operator.apply(sandbox("long", sandboxes_ns, maxAgeSeconds=999_999))
-    body = wait_reason(operator, "long", sandboxes_ns, "LifetimeTooLong")
-    message = ready_condition(body)["message"]
-    assert "spec.maxAgeSeconds is 999999s" in message
-    assert "allows at most 3600s" in message
-    assert sandbox_pods(operator, sandboxes_ns) == []
+    operator.apply(sandbox("keeps", sandboxes_ns))
+    wait_reason(operator, "keeps", sandboxes_ns, "Ready")
+
+    result = operator.apply(sandbox("long", sandboxes_ns, **{field: 999_999}), check=False)
+    assert result.returncode != 0
+    assert "ValidatingAdmissionPolicy 'openblox-sandbox-profile'" in result.stderr
+    assert f'spec.{field} is 999999s but profile "code-exec" allows at most' in result.stderr
+    assert get_sandbox(operator, "long", sandboxes_ns) is None
+
+    # Lengthening a running Sandbox's life through an update is refused the same way; an
+    # update that leaves the spec alone (the client's activity stamp) is not checked.
+    patch = json.dumps({"spec": {field: 999_999}})
+    result = operator.kubectl(
+        "patch", "sandbox", "keeps", "-n", sandboxes_ns, "--type=merge", "-p", patch, check=False
+    )
+    assert result.returncode != 0
+    assert f"spec.{field} is 999999s" in result.stderr
+    operator.kubectl(
+        "annotate", "sandbox", "keeps", "-n", sandboxes_ns, "--overwrite", "example.com/seen=yes"
+    )
+    # Nothing that ran was lost: the existing Sandbox is still Ready and runs commands.
+    assert ready_condition(get_sandbox(operator, "keeps", sandboxes_ns) or {})["status"] == "True"
+    done = operator.kubectl(
+        "exec", "keeps", "-n", sandboxes_ns, "-c", "sandbox", "--", "sh", "-c", "echo alive"
+    )
+    assert done.stdout == "alive\n"
+    assert len(sandbox_pods(operator, sandboxes_ns)) == 1
 
 
 def test_ordinary_users_cannot_touch_profiles(operator: Kube) -> None:
