@@ -208,8 +208,11 @@ state = "$RUN/containerd"
       [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
         SystemdCgroup = false
     # The runsc handler: gVisor's shim, whose runsc always runs with networking off.
+    # A pod may pass runsc's oci-seccomp switch, which can only turn enforcement of the
+    # pod's seccomp profile on (sandbox pods do: docs/adr/0007).
     [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runsc]
       runtime_type = "io.containerd.runsc.v1"
+      pod_annotations = ["dev.gvisor.flag.oci-seccomp"]
       [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runsc.options]
         TypeUrl = "io.containerd.runsc.v1.options"
         ConfigPath = "$conf/runsc.toml"
@@ -225,15 +228,19 @@ state = "$RUN/containerd"
   plugin_config_path = "$STATE/nri/conf.d"
   socket_path = "$RUN/nri.sock"
 EOF
+  # openblox's seccomp profile, which sandbox pods name as Localhost openblox/sandbox.json.
+  mkdir -p "$KUBELET_ROOT/seccomp/openblox"
+  write_if_changed "$KUBELET_ROOT/seccomp/openblox/sandbox.json" <"$repo/cluster/seccomp/sandbox.json"
   write_if_changed "$conf/runsc.toml" <<EOF
 binary_name = "$BIN/runsc"
 root = "$RUN/runsc"
 [runsc_config]
   network = "none"
   platform = "systrap"
-  # Not oci-seccomp: with it the pod's RuntimeDefault profile is applied inside the
-  # Sentry too, but clone3 is then refused with EPERM instead of ENOSYS, so glibc cannot
-  # fall back to clone and no program can start a thread (tried; docs/runtimes.md).
+  # oci-seccomp is not set for every pod: with it, a pod's RuntimeDefault profile would
+  # be applied inside the Sentry, where runsc answers clone3 with EPERM instead of the
+  # profile's ENOSYS, so glibc cannot fall back to clone and no thread starts. Sandbox
+  # pods turn it on themselves, with a profile shaped for runsc (docs/adr/0007).
   ${OPENBLOX_RUNSC_DEBUG:+debug = "true"}
   ${OPENBLOX_RUNSC_DEBUG:+debug-log = "$STATE/logs/runsc/"}
 EOF

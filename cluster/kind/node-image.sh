@@ -101,7 +101,7 @@ archive_of() { find "$CACHE_DIR" -maxdepth 1 -name "$1-*.tar" -printf '%T@\t%p\n
 node_key() {
   {
     echo "kind-node v1 kind $KIND_VERSION kubernetes $KUBERNETES_VERSION rootfs $(rootfs_key)"
-    hash_files "$here/node-image.sh" "$IMAGES_DIR/lib.sh"
+    hash_files "$here/node-image.sh" "$IMAGES_DIR/lib.sh" "$here/../seccomp/sandbox.json"
     hash_dir "$here/node"
     (cd "$base_files" && find . -type f -print0 | LC_ALL=C sort -z | xargs -0 sha256sum)
     local dest
@@ -156,6 +156,8 @@ install_node_files() {
   cat "$here/node/containerd.toml" "$here/node/runsc-handler.toml" >"$root/etc/containerd/config.toml"
   chmod 0644 "$root/etc/containerd/config.toml"
   install -m 0644 "$here/node/runsc.toml" "$root/etc/containerd/runsc.toml"
+  # openblox's seccomp profile, which sandbox pods name as Localhost (docs/adr/0007).
+  install -D -m 0644 "$here/../seccomp/sandbox.json" "$root/var/lib/kubelet/seccomp/openblox/sandbox.json"
   install -m 0644 "$here/node/default-storage.yaml" "$root/kind/manifests/default-storage.yaml"
   install -m 0755 "$here/node/openblox-entrypoint" "$root/usr/local/bin/openblox-entrypoint"
   install -m 0755 "$here/node/openblox-cgroup-unbind" "$root/usr/local/bin/openblox-cgroup-unbind"

@@ -1,12 +1,17 @@
 // openblox-nri: a containerd NRI plugin that gives a sandbox container the mount options
-// a pod spec cannot ask for.
+// and the process cap a pod spec cannot ask for.
 //
-// Kubernetes mounts emptyDirs without noexec and has no field for it, and gVisor turns
-// the /dev/shm that containerd provides into a tmpfs sized from the node's memory. For
-// the container named "sandbox" in a pod labelled openblox.sh/sandbox, this plugin:
+// Kubernetes mounts emptyDirs without noexec and has no field for it, gVisor turns the
+// /dev/shm that containerd provides into a tmpfs sized from the node's memory, and
+// Kubernetes has no field for RLIMIT_NPROC. For the container named "sandbox" in a pod
+// labelled openblox.sh/sandbox, this plugin:
 //   - adds noexec, nosuid and nodev to the /tmp, /workspace and /run/openblox mounts;
 //   - replaces /dev/shm with a tmpfs of at most 64 MiB (no larger than /tmp), noexec,
-//     nosuid and nodev, which runsc mounts inside the Sentry with that size.
+//     nosuid and nodev, which runsc mounts inside the Sentry with that size;
+//   - sets a hard and soft RLIMIT_NPROC at the pod's openblox.sh/processes annotation
+//     (the profile's process cap, which only the operator can write: admission lets no
+//     one else create a sandbox-labelled pod). containerd copies the container's rlimits
+//     into every exec of it, and gVisor counts the tasks of the sandbox's uid against it.
 //
 // containerd starts it from its NRI plugin_path at start-up. It changes only the options
 // of mounts the pod spec already has; it adds no host path and no device.
@@ -14,6 +19,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"slices"
@@ -25,9 +31,14 @@ import (
 )
 
 const (
-	sandboxLabel  = "openblox.sh/sandbox"
-	containerName = "sandbox"
-	shmMaxBytes   = 64 << 20
+	sandboxLabel        = "openblox.sh/sandbox"
+	processesAnnotation = "openblox.sh/processes"
+	containerName       = "sandbox"
+	shmMaxBytes         = 64 << 20
+	// The profile's default cap, for a pod made by an operator that predates the
+	// annotation: such a pod still gets a cap, never none.
+	defaultProcesses = 256
+	maxProcesses     = 1 << 20
 )
 
 var scratchMounts = []string{"/tmp", "/workspace", "/run/openblox"}
@@ -40,7 +51,30 @@ func (plugin) CreateContainer(
 	if pod.GetLabels()[sandboxLabel] == "" || ctr.GetName() != containerName {
 		return nil, nil, nil
 	}
-	return adjustments(ctr.GetMounts()), nil, nil
+	processes, err := processCap(pod.GetAnnotations())
+	if err != nil {
+		// Fail closed: the container does not start without its cap.
+		return nil, nil, err
+	}
+	adjust := adjustments(ctr.GetMounts())
+	adjust.AddRlimit("RLIMIT_NPROC", processes, processes)
+	return adjust, nil, nil
+}
+
+// processCap is the pod's process cap from its annotation, or the profile default when
+// the annotation is absent; a value that is not a positive count is refused.
+func processCap(annotations map[string]string) (uint64, error) {
+	text, present := annotations[processesAnnotation]
+	if !present {
+		return defaultProcesses, nil
+	}
+	count, err := strconv.ParseUint(text, 10, 64)
+	if err != nil || count == 0 || count > maxProcesses {
+		return 0, errors.New("openblox-nri: annotation " + processesAnnotation + "=" +
+			strconv.Quote(text) + " is not a process count between 1 and " +
+			strconv.Itoa(maxProcesses) + "; refusing to start the sandbox container")
+	}
+	return count, nil
 }
 
 func adjustments(mounts []*api.Mount) *api.ContainerAdjustment {

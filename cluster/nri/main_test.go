@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"slices"
 	"testing"
 
@@ -39,5 +40,42 @@ func TestScratchMountsGetNoexecAndShmIsReplaced(t *testing.T) {
 	if shm == nil || shm.Type != "tmpfs" || !slices.Contains(shm.Options, "size=67108864") ||
 		!slices.Contains(shm.Options, "noexec") {
 		t.Errorf("/dev/shm not replaced by a 64 MiB noexec tmpfs: %+v", shm)
+	}
+}
+
+func TestTheProcessCapComesFromTheAnnotationAndBadValuesAreRefused(t *testing.T) {
+	if got, err := processCap(map[string]string{processesAnnotation: "64"}); err != nil || got != 64 {
+		t.Errorf("64: got %d, %v", got, err)
+	}
+	if got, err := processCap(map[string]string{}); err != nil || got != defaultProcesses {
+		t.Errorf("absent: got %d, %v", got, err)
+	}
+	for _, bad := range []string{"", "0", "-1", "lots", "2097152"} {
+		if _, err := processCap(map[string]string{processesAnnotation: bad}); err == nil {
+			t.Errorf("%q was accepted", bad)
+		}
+	}
+}
+
+func TestASandboxContainerGetsTheRlimitAndOthersAreUntouched(t *testing.T) {
+	pod := &api.PodSandbox{
+		Labels:      map[string]string{sandboxLabel: "box"},
+		Annotations: map[string]string{processesAnnotation: "32"},
+	}
+	adjust, _, err := plugin{}.CreateContainer(context.Background(), pod, &api.Container{Name: containerName})
+	if err != nil {
+		t.Fatal(err)
+	}
+	limits := adjust.GetRlimits()
+	if len(limits) != 1 || limits[0].Type != "RLIMIT_NPROC" || limits[0].Hard != 32 || limits[0].Soft != 32 {
+		t.Errorf("rlimits: %+v", limits)
+	}
+	other, _, err := plugin{}.CreateContainer(context.Background(), &api.PodSandbox{}, &api.Container{Name: containerName})
+	if err != nil || other != nil {
+		t.Errorf("an unlabelled pod was adjusted: %+v, %v", other, err)
+	}
+	pod.Annotations[processesAnnotation] = "many"
+	if _, _, err := (plugin{}).CreateContainer(context.Background(), pod, &api.Container{Name: containerName}); err == nil {
+		t.Error("a bad annotation did not stop the container")
 	}
 }

@@ -26,6 +26,13 @@ NAMESPACE_OPT_IN_VALUE: Final = "enabled"
 
 ANNOTATION_LAST_ACTIVITY: Final = "openblox.sh/last-activity"
 ANNOTATION_PROFILE_DIGEST: Final = "openblox.sh/profile-digest"
+# On sandbox pods: the profile's process cap, which openblox's NRI plugin (cluster/nri)
+# sets as the sandbox container's RLIMIT_NPROC; and runsc's own per-pod switch that makes
+# it enforce the pod's seccomp profile inside the sandbox (docs/adr/0007).
+ANNOTATION_PROCESSES: Final = "openblox.sh/processes"
+ANNOTATION_RUNSC_OCI_SECCOMP: Final = "dev.gvisor.flag.oci-seccomp"
+# Relative to the kubelet's seccomp directory; the file is cluster/seccomp/sandbox.json.
+SECCOMP_LOCALHOST_PROFILE: Final = "openblox/sandbox.json"
 
 NETWORK_POLICY_NAME: Final = "openblox-default-deny"
 

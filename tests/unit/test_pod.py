@@ -51,7 +51,11 @@ def test_labels_and_digest_identify_sandbox_and_profile_version() -> None:
         "openblox.sh/profile": "code-exec",
         "app.kubernetes.io/managed-by": "openblox",
     }
-    assert pod["metadata"]["annotations"] == {"openblox.sh/profile-digest": profile.digest}
+    assert pod["metadata"]["annotations"] == {
+        "openblox.sh/profile-digest": profile.digest,
+        "openblox.sh/processes": str(profile.resources.processes),
+        "dev.gvisor.flag.oci-seccomp": "true",
+    }
 
 
 def test_the_profile_shapes_the_pod() -> None:
@@ -118,5 +122,8 @@ def test_each_call_returns_an_independent_manifest() -> None:
 
     second = build_pod(make_sandbox(), default_profile())
 
-    assert second["spec"]["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert second["spec"]["securityContext"]["seccompProfile"] == {
+        "type": "Localhost",
+        "localhostProfile": "openblox/sandbox.json",
+    }
     assert second["spec"]["dnsConfig"]["nameservers"] == ["127.0.0.1"]

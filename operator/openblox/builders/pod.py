@@ -10,7 +10,9 @@ from typing import Any
 from openblox.lifetime import effective_lifetime
 from openblox.models import STATE_VOLUME_SIZE, Profile, Sandbox
 from openblox.names import (
+    ANNOTATION_PROCESSES,
     ANNOTATION_PROFILE_DIGEST,
+    ANNOTATION_RUNSC_OCI_SECCOMP,
     API_VERSION,
     CONTAINER_NAME,
     KIND,
@@ -18,6 +20,7 @@ from openblox.names import (
     LABEL_PROFILE,
     LABEL_SANDBOX,
     MANAGED_BY,
+    SECCOMP_LOCALHOST_PROFILE,
     STATE_DIR,
     TMP_DIR,
     WORKSPACE_DIR,
@@ -74,6 +77,22 @@ def is_left_by_namesake(pod: Mapping[str, Any], sandbox: Sandbox) -> bool:
     )
 
 
+# openblox's own filter (cluster/seccomp/sandbox.json), not RuntimeDefault: it is the
+# one that holds for every process in the pod, however started (docs/adr/0007).
+def _seccomp_profile() -> dict[str, str]:
+    return {"type": "Localhost", "localhostProfile": SECCOMP_LOCALHOST_PROFILE}
+
+
+def pod_annotations(profile: Profile) -> dict[str, str]:
+    """What the node reads from the pod: the process cap, and runsc's switch to enforce
+    the pod's seccomp profile inside the sandbox. Only the operator writes sandbox pods."""
+    return {
+        ANNOTATION_PROFILE_DIGEST: profile.digest,
+        ANNOTATION_PROCESSES: str(profile.resources.processes),
+        ANNOTATION_RUNSC_OCI_SECCOMP: "true",
+    }
+
+
 KUBELET_SERVICE_VARIABLES = (
     "KUBERNETES_SERVICE_HOST",
     "KUBERNETES_SERVICE_PORT",
@@ -107,7 +126,7 @@ def build_pod(sandbox: Sandbox, profile: Profile) -> dict[str, Any]:
             "name": pod_name(sandbox),
             "namespace": sandbox.namespace,
             "labels": pod_labels(sandbox, profile),
-            "annotations": {ANNOTATION_PROFILE_DIGEST: profile.digest},
+            "annotations": pod_annotations(profile),
             "ownerReferences": [owner_reference(sandbox)],
         },
         "spec": {
@@ -146,7 +165,7 @@ def build_pod(sandbox: Sandbox, profile: Profile) -> dict[str, Any]:
                 "runAsUser": profile.user,
                 "runAsGroup": profile.group,
                 "supplementalGroups": [],
-                "seccompProfile": {"type": "RuntimeDefault"},
+                "seccompProfile": _seccomp_profile(),
             },
             "containers": [
                 {
@@ -169,7 +188,7 @@ def build_pod(sandbox: Sandbox, profile: Profile) -> dict[str, Any]:
                         "privileged": False,
                         "runAsNonRoot": True,
                         "capabilities": {"drop": ["ALL"]},
-                        "seccompProfile": {"type": "RuntimeDefault"},
+                        "seccompProfile": _seccomp_profile(),
                     },
                     # Requests equal limits: Guaranteed QoS, and nothing to burst into.
                     "resources": {"requests": limits, "limits": dict(limits)},

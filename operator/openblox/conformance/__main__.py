@@ -33,7 +33,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         description="The openblox adversarial conformance suite.",
     )
     parser.add_argument(
-        "--backend", default=None, help="operator (default), bare-runc, or module:Class"
+        "--backend",
+        default=None,
+        help="operator (default), operator-raw-exec, bare-runc, or module:Class",
     )
     parser.add_argument(
         "--profile",

@@ -125,7 +125,9 @@ PROPERTIES: tuple[Property, ...] = (
     _p("FS-002", F, "Only /tmp, /workspace and the state directory are writable",
        "Every writable place is space to persist in and a budget to account for."),
     _p("FS-003", F, "Scratch space is noexec",
-       "Writable and executable scratch is where dropped binaries and exploits run from."),
+       "A file written to scratch cannot be run or mapped executable, nor carry a working "
+       "setuid bit or device node. This does not stop native code a program brought in "
+       "(memfd_create, anonymous executable memory): the runtime boundary contains that."),
     _p("FS-004", F, "/dev/shm is not a writable space outside the declared scratch",
        "A writable /dev/shm is one more place to persist in and a budget nobody declared."),
     _p("FS-005", F, "Path traversal through the files API stays inside the sandbox",

@@ -3,7 +3,8 @@
 Environment variables (for ``pytest --pyargs openblox.conformance``, which has no options
 of its own):
 
-- ``OPENBLOX_CONFORMANCE_BACKEND``: ``operator`` (default) or ``bare-runc``, or
+- ``OPENBLOX_CONFORMANCE_BACKEND``: ``operator`` (default), ``operator-raw-exec`` (the
+  same sandboxes, every command through plain ``pods/exec``), ``bare-runc``, or
   ``module:Class`` for an adapter of your own
 - ``OPENBLOX_CONFORMANCE_PROFILES``: comma-separated profiles (default ``code-exec``)
 - ``OPENBLOX_CONFORMANCE_ONLY``: comma-separated property IDs or prefixes (``NET,IDN-002``)

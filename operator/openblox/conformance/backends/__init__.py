@@ -1,4 +1,5 @@
-"""Backend adapters: the openblox operator, and a bare runc pod as the baseline.
+"""Backend adapters: the openblox operator (through its client, or through plain
+``pods/exec`` with no supervisor), and a bare runc pod as the baseline.
 
 Another implementation plugs in as ``module:Class`` (see openblox.conformance.backend);
 the class is called with ``(kube, settings)``.
@@ -13,7 +14,7 @@ from openblox.conformance.backend import Backend
 from openblox.conformance.kube import Kube
 from openblox.conformance.settings import Settings
 
-BUILT_IN = ("operator", "bare-runc")
+BUILT_IN = ("operator", "operator-raw-exec", "bare-runc")
 
 
 def load_backend(name: str, kube: Kube, settings: Settings) -> Backend:
@@ -21,6 +22,10 @@ def load_backend(name: str, kube: Kube, settings: Settings) -> Backend:
         from openblox.conformance.backends.operator import OperatorBackend
 
         return OperatorBackend(kube, settings)
+    if name in ("operator-raw-exec", "raw-exec"):
+        from openblox.conformance.backends.raw_exec import RawExecBackend
+
+        return RawExecBackend(kube, settings)
     if name in ("bare-runc", "bare_runc", "runc"):
         from openblox.conformance.backends.bare_runc import BareRuncBackend
 

@@ -1,0 +1,109 @@
+"""The operator's sandboxes, driven the way any other tool would: plain ``pods/exec``.
+
+Sandboxes are created through ``openblox.Client`` as on the operator path, but every
+command runs as ``kubectl exec`` runs it: argv straight to the container, over the
+websocket exec protocol, with no openblox supervisor around it. Whatever holds here
+holds for every process in the pod, however it was started; whatever only the
+supervisor gives (the exec timeout's tree kill, the output cap) does not, and the
+scorecard says so.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+
+from openblox.client import OpenbloxClientError, Sandbox
+from openblox.client.exec_stream import (
+    ERROR,
+    STDERR,
+    STDOUT,
+    Connection,
+    ExecSocket,
+    exit_code_from_status,
+)
+from openblox.conformance.backend import Capability, ExecOutcome, Handle
+from openblox.conformance.backends.operator import OperatorBackend
+from openblox.names import CONTAINER_NAME
+
+# What a property may make a command print is bounded (RES-005 floods 8 MiB); past this,
+# the suite's own memory is at stake, so the rest is read and dropped.
+KEEP_BYTES = 64 << 20
+
+
+class RawExecBackend(OperatorBackend):
+    name = "operator-raw-exec"
+    unsupported: Mapping[Capability, str] = {
+        Capability.FILES: (
+            "plain pods/exec has no file API; the files API is the openblox client's, "
+            "measured on the operator path"
+        ),
+        Capability.CONTROL_PLANE: (
+            "the control-plane properties attack the Kubernetes API, not a command in the "
+            "sandbox, so they do not depend on how commands start; measured on the operator path"
+        ),
+    }
+
+    def _handle(self, sandbox: Sandbox) -> Handle:
+        handle = super()._handle(sandbox)
+        # Nothing bounds a raw exec's time or output but the pod itself.
+        limits = replace(handle.limits, output_bytes=None, exec_timeout_seconds=None)
+        return replace(handle, limits=limits)
+
+    def exec(
+        self,
+        handle: Handle,
+        argv: Sequence[str],
+        *,
+        stdin: bytes | None = None,
+        timeout: float,
+    ) -> ExecOutcome:
+        started = time.monotonic()
+        connection = Connection.from_configuration(self.client._configuration)
+        out, err = bytearray(), bytearray()
+        status: bytes | None = None
+        try:
+            stream = ExecSocket(
+                connection,
+                handle.pod_namespace or self.namespace,
+                handle.pod or handle.name,
+                CONTAINER_NAME,
+                argv,
+                stdin=stdin is not None,
+                timeout=timeout,
+            )
+        except OpenbloxClientError as error:
+            return ExecOutcome(b"", b"", None, error=f"{type(error).__name__}: {error}")
+        try:
+            if stdin is not None:
+                stream.send_stdin(stdin)
+                stream.close_stdin()
+            for frame in stream.frames(started + timeout):
+                if frame.channel == STDOUT and len(out) < KEEP_BYTES:
+                    out += frame.data
+                elif frame.channel == STDERR and len(err) < KEEP_BYTES:
+                    err += frame.data
+                elif frame.channel == ERROR:
+                    status = frame.data
+        except TimeoutError:
+            # Closing the stream does not stop the command: nothing in the pod does.
+            return ExecOutcome(
+                bytes(out), bytes(err), None, timed_out=True, duration=time.monotonic() - started
+            )
+        except OpenbloxClientError as error:
+            return ExecOutcome(
+                bytes(out),
+                bytes(err),
+                None,
+                duration=time.monotonic() - started,
+                error=f"{type(error).__name__}: {error}",
+            )
+        finally:
+            stream.close()
+        duration = time.monotonic() - started
+        if status is None:
+            return ExecOutcome(
+                bytes(out), bytes(err), None, duration=duration, error="no exit status"
+            )
+        return ExecOutcome(bytes(out), bytes(err), exit_code_from_status(status), duration=duration)
