@@ -15,10 +15,15 @@ PLURAL: Final = "sandboxes"
 
 OPERATOR_NAMESPACE: Final = "openblox-system"
 PROFILES_CONFIGMAP: Final = "openblox-profiles"
+POOLS_CONFIGMAP: Final = "openblox-pools"
 FIELD_MANAGER: Final = "openblox-operator"
 
 LABEL_SANDBOX: Final = "openblox.sh/sandbox"
 LABEL_PROFILE: Final = "openblox.sh/profile"
+# On a warm pool pod until it is handed out (value: the pool's name); a pool pod carries
+# LABEL_SANDBOX with an empty value, so the pod admission policy and the default-deny
+# NetworkPolicy cover it from its creation.
+LABEL_POOL: Final = "openblox.sh/pool"
 LABEL_MANAGED_BY: Final = "app.kubernetes.io/managed-by"
 MANAGED_BY: Final = "openblox"
 LABEL_NAMESPACE_OPT_IN: Final = "openblox.sh/sandboxes"
@@ -80,6 +85,12 @@ class Reason(StrEnum):
     POD_CONFLICT = "PodConflict"
 
     EXPIRED = "Expired"
+
+    # Events on the openblox-pools ConfigMap, for the admin who wrote it.
+    POOL_REFUSED = "PoolRefused"
+    POOL_PROFILE_NOT_FOUND = "PoolProfileNotFound"
+    POOL_EXCEEDS_QUOTA = "PoolExceedsQuota"
+    POOL_POD_FAILED = "PoolPodFailed"
 
     # The reason of the Event that carries a denial record (docs/denials.md) as its message.
     DENIED = "Denied"

@@ -25,6 +25,7 @@ def sandbox_body(
     annotations: dict[str, str] | None = None,
     status: dict[str, Any] | None = None,
     created: datetime = CREATED,
+    uid: str = SANDBOX_UID,
 ) -> dict[str, Any]:
     body: dict[str, Any] = {
         "apiVersion": "openblox.sh/v1alpha1",
@@ -32,7 +33,7 @@ def sandbox_body(
         "metadata": {
             "name": name,
             "namespace": namespace,
-            "uid": SANDBOX_UID,
+            "uid": uid,
             "generation": 1,
             "resourceVersion": "4711",
             "creationTimestamp": created.strftime("%Y-%m-%dT%H:%M:%SZ"),

@@ -23,6 +23,7 @@ ALLOWED_OPENBLOX_IMPORTS = {
         "openblox.denials",
         "openblox.builders",
     ),
+    "pool": ("openblox.names", "openblox.models", "openblox.builders", "openblox.pool"),
 }
 FORBIDDEN = (
     "kubernetes",

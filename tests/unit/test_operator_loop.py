@@ -34,6 +34,11 @@ PSA = {
 }
 
 
+def _uid(name: str) -> str:
+    """Real Sandboxes never share a uid: each but "demo" gets its own."""
+    return SANDBOX_UID if name == "demo" else f"{SANDBOX_UID}-{name}"
+
+
 class FakeKube:
     """Records every request; answers from `objects` (path -> body) or with `errors`."""
 
@@ -55,7 +60,7 @@ class FakeKube:
         if method == "PATCH" and target.endswith("/status"):
             # The API server answers with the whole Sandbox, status patched.
             name = target.split("/")[-2]
-            return {**self.objects.get(target, sandbox_body(name=name)), **body}
+            return {**self.objects.get(target, sandbox_body(name=name, uid=_uid(name))), **body}
         if method == "PATCH" and target.startswith("/api/v1/namespaces/"):
             current = self.objects.get(target, {"metadata": {}})
             labels = {**current["metadata"].get("labels", {}), **body["metadata"]["labels"]}
@@ -129,7 +134,7 @@ def _ready(cache: SandboxCache, name: str = "demo") -> tuple[str, str]:
 
 
 def _cached(cache: SandboxCache, name: str = "demo") -> Sandbox:
-    sandbox = cache.upsert(sandbox_body(name=name))
+    sandbox = cache.upsert(sandbox_body(name=name, uid=_uid(name)))
     assert sandbox is not None
     return sandbox
 
@@ -381,6 +386,7 @@ def test_a_slim_pod_keeps_what_the_reconcile_and_the_denials_read() -> None:
             "namespace": "n",
             "uid": "u",
             "creationTimestamp": "2025-01-02T03:04:05Z",
+            "labels": {},
             "annotations": {"openblox.sh/profile-digest": "d"},
             "ownerReferences": [{"kind": "Sandbox", "uid": "s", "controller": True}],
         },

@@ -11,9 +11,12 @@ import os
 from pathlib import Path
 
 from openblox.builders import build_pod
+from openblox.builders.pod import build_pool_pod
+from openblox.models.pool import Pool
 from tests.unit.factories import default_profile, make_sandbox
 
 GOLDEN = Path(__file__).parent / "golden" / "pod_code_exec.json"
+POOL_GOLDEN = Path(__file__).parent / "golden" / "pool_pod_code_exec.json"
 
 
 def test_pod_for_the_default_profile_matches_the_golden_file() -> None:
@@ -23,3 +26,13 @@ def test_pod_for_the_default_profile_matches_the_golden_file() -> None:
         GOLDEN.write_text(json.dumps(pod, indent=2) + "\n")
 
     assert pod == json.loads(GOLDEN.read_text())
+
+
+def test_pool_pod_for_the_default_profile_matches_the_golden_file() -> None:
+    pool = Pool("warm", "code-exec", ("team-a",), 3)
+    pod = build_pool_pod(pool, "team-a", default_profile())
+
+    if os.environ.get("OPENBLOX_UPDATE_GOLDEN") == "1":
+        POOL_GOLDEN.write_text(json.dumps(pod, indent=2) + "\n")
+
+    assert pod == json.loads(POOL_GOLDEN.read_text())

@@ -4,11 +4,14 @@ Everything here must pass Pod Security Admission "restricted"; the isolation the
 claims comes from its RuntimeClass, and this spec takes away everything else.
 """
 
+import math
 from collections.abc import Mapping
+from datetime import datetime
 from typing import Any
 
 from openblox.lifetime import effective_lifetime
-from openblox.models import STATE_VOLUME_SIZE, Profile, Sandbox
+from openblox.models import STATE_VOLUME_SIZE, Profile, Sandbox, parse_timestamp
+from openblox.models.pool import Pool
 from openblox.names import (
     ANNOTATION_PROCESSES,
     ANNOTATION_PROFILE_DIGEST,
@@ -17,6 +20,7 @@ from openblox.names import (
     CONTAINER_NAME,
     KIND,
     LABEL_MANAGED_BY,
+    LABEL_POOL,
     LABEL_PROFILE,
     LABEL_SANDBOX,
     MANAGED_BY,
@@ -113,12 +117,6 @@ NODE_LOSS_TOLERATION_SECONDS = 10
 
 def build_pod(sandbox: Sandbox, profile: Profile) -> dict[str, Any]:
     """The complete Pod manifest; raises LifetimeTooLong if the Sandbox outlives its profile."""
-    resources = profile.resources
-    limits = {
-        "cpu": resources.cpu.text,
-        "memory": resources.memory.text,
-        "ephemeral-storage": resources.ephemeral_storage.text,
-    }
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -129,18 +127,94 @@ def build_pod(sandbox: Sandbox, profile: Profile) -> dict[str, Any]:
             "annotations": pod_annotations(profile),
             "ownerReferences": [owner_reference(sandbox)],
         },
-        "spec": {
-            "runtimeClassName": profile.runtime_class_name,
-            "restartPolicy": "Never",
+        "spec": _pod_spec(
+            profile,
+            hostname=sandbox.name,
             # A backstop for max age that holds even while the operator is down.
-            "activeDeadlineSeconds": effective_lifetime(sandbox, profile).max_age_seconds,
+            active_deadline_seconds=effective_lifetime(sandbox, profile).max_age_seconds,
+        ),
+    }
+
+
+def pool_pod_prefix(pool: Pool) -> str:
+    """A pool pod's generated name starts with this. The dot keeps it from ever being a
+    Sandbox's name (those are DNS labels), so a cold create never meets a pool pod."""
+    return f"{pool.name}."
+
+
+def build_pool_pod(pool: Pool, namespace: str, profile: Profile) -> dict[str, Any]:
+    """A warm pod: the same spec a cold one gets from this profile, waiting for a Sandbox.
+
+    It carries the sandbox label with an empty value, so the pod admission policy and
+    the default-deny NetworkPolicy hold for it from the start, and no owner and no
+    deadline: its lifetime starts when a Sandbox gets it (`claim_patch`).
+    """
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "generateName": pool_pod_prefix(pool),
+            "namespace": namespace,
+            "labels": {
+                LABEL_SANDBOX: "",
+                LABEL_POOL: pool.name,
+                LABEL_PROFILE: profile.name,
+                LABEL_MANAGED_BY: MANAGED_BY,
+            },
+            "annotations": {ANNOTATION_PROFILE_DIGEST: profile.digest},
+        },
+        "spec": _pod_spec(profile, hostname=pool.name, active_deadline_seconds=None),
+    }
+
+
+def claim_patch(
+    pod: Mapping[str, Any], sandbox: Sandbox, profile: Profile, now: datetime
+) -> dict[str, Any]:
+    """The merge patch that hands a warm pod to one Sandbox, atomically.
+
+    It carries the pod's resourceVersion, so of two hand-outs of the same pod the API
+    server applies one and refuses the other with 409. The pod's deadline (counted by
+    the kubelet from the pod's start) becomes the time it has been warm plus the
+    Sandbox's max age, so the Sandbox's lifetime starts now.
+    """
+    metadata = pod["metadata"]
+    started_text = (pod.get("status") or {}).get("startTime") or metadata["creationTimestamp"]
+    warm_seconds = max(0.0, (now - parse_timestamp(started_text)).total_seconds())
+    max_age = effective_lifetime(sandbox, profile).max_age_seconds
+    return {
+        "metadata": {
+            "resourceVersion": metadata["resourceVersion"],
+            "labels": {LABEL_SANDBOX: sandbox.name, LABEL_POOL: None},
+            "ownerReferences": [owner_reference(sandbox)],
+        },
+        "spec": {"activeDeadlineSeconds": max_age + math.ceil(warm_seconds)},
+    }
+
+
+def _pod_spec(
+    profile: Profile, *, hostname: str, active_deadline_seconds: int | None
+) -> dict[str, Any]:
+    resources = profile.resources
+    limits = {
+        "cpu": resources.cpu.text,
+        "memory": resources.memory.text,
+        "ephemeral-storage": resources.ephemeral_storage.text,
+    }
+    spec: dict[str, Any] = {
+        "runtimeClassName": profile.runtime_class_name,
+        "restartPolicy": "Never",
+    }
+    if active_deadline_seconds is not None:
+        spec["activeDeadlineSeconds"] = active_deadline_seconds
+    spec.update(
+        {
             "terminationGracePeriodSeconds": 1,
             "automountServiceAccountToken": False,
             "enableServiceLinks": False,
             "hostNetwork": False,
             "hostPID": False,
             "hostIPC": False,
-            "hostname": sandbox.name,
+            "hostname": hostname,
             # A lost node: the pod is evicted after this, not Kubernetes' default 300 s,
             # so the Sandbox reports the loss and gets a pod on another node in time.
             "tolerations": [
@@ -167,45 +241,48 @@ def build_pod(sandbox: Sandbox, profile: Profile) -> dict[str, Any]:
                 "supplementalGroups": [],
                 "seccompProfile": _seccomp_profile(),
             },
-            "containers": [
-                {
-                    "name": CONTAINER_NAME,
-                    "image": profile.image,
-                    # Sandbox images are imported into the nodes' containerd; nothing is pulled.
-                    "imagePullPolicy": "Never",
-                    "command": list(profile.command),
-                    "workingDir": WORKSPACE_DIR,
-                    "env": [
-                        {"name": "HOME", "value": WORKSPACE_DIR},
-                        {"name": "TMPDIR", "value": TMP_DIR},
-                        # The kubelet adds the API server's address to every container,
-                        # enableServiceLinks or not; an explicit empty value wins.
-                        *({"name": name, "value": ""} for name in KUBELET_SERVICE_VARIABLES),
-                    ],
-                    "securityContext": {
-                        "allowPrivilegeEscalation": False,
-                        "readOnlyRootFilesystem": True,
-                        "privileged": False,
-                        "runAsNonRoot": True,
-                        "capabilities": {"drop": ["ALL"]},
-                        "seccompProfile": _seccomp_profile(),
-                    },
-                    # Requests equal limits: Guaranteed QoS, and nothing to burst into.
-                    "resources": {"requests": limits, "limits": dict(limits)},
-                    "volumeMounts": [
-                        {"name": "tmp", "mountPath": TMP_DIR},
-                        {"name": "workspace", "mountPath": WORKSPACE_DIR},
-                        {"name": "state", "mountPath": STATE_DIR},
-                    ],
-                }
-            ],
+            "containers": [_container(profile, limits)],
             # Memory-backed, so scratch space is charged to the memory limit, not node disk.
             "volumes": [
                 _memory_volume("tmp", resources.scratch.text),
                 _memory_volume("workspace", resources.scratch.text),
                 _memory_volume("state", STATE_VOLUME_SIZE.text),
             ],
+        }
+    )
+    return spec
+
+
+def _container(profile: Profile, limits: Mapping[str, str]) -> dict[str, Any]:
+    return {
+        "name": CONTAINER_NAME,
+        "image": profile.image,
+        # Sandbox images are imported into the nodes' containerd; nothing is pulled.
+        "imagePullPolicy": "Never",
+        "command": list(profile.command),
+        "workingDir": WORKSPACE_DIR,
+        "env": [
+            {"name": "HOME", "value": WORKSPACE_DIR},
+            {"name": "TMPDIR", "value": TMP_DIR},
+            # The kubelet adds the API server's address to every container,
+            # enableServiceLinks or not; an explicit empty value wins.
+            *({"name": name, "value": ""} for name in KUBELET_SERVICE_VARIABLES),
+        ],
+        "securityContext": {
+            "allowPrivilegeEscalation": False,
+            "readOnlyRootFilesystem": True,
+            "privileged": False,
+            "runAsNonRoot": True,
+            "capabilities": {"drop": ["ALL"]},
+            "seccompProfile": _seccomp_profile(),
         },
+        # Requests equal limits: Guaranteed QoS, and nothing to burst into.
+        "resources": {"requests": dict(limits), "limits": dict(limits)},
+        "volumeMounts": [
+            {"name": "tmp", "mountPath": TMP_DIR},
+            {"name": "workspace", "mountPath": WORKSPACE_DIR},
+            {"name": "state", "mountPath": STATE_DIR},
+        ],
     }
 
 

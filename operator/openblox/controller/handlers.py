@@ -21,6 +21,7 @@ from openblox.controller.runtime import Runtime
 from openblox.names import (
     GROUP,
     LABEL_MANAGED_BY,
+    LABEL_POOL,
     LABEL_SANDBOX,
     MANAGED_BY,
     NETWORK_POLICY_NAME,
@@ -94,6 +95,9 @@ def sandbox_pod_changed(event: kopf.RawEvent, body: kopf.Body, memo: kopf.Memo, 
         runtime.reconciler.pod_gone(metadata.get("uid", ""))
     else:
         runtime.watched.pod_seen(body)
+    if (metadata.get("labels") or {}).get(LABEL_POOL):
+        runtime.pool_keeper.nudge()  # a pool pod started, ended or went: refill, probe
+        return
     owner = runtime.cache.get(metadata["namespace"], metadata["labels"][LABEL_SANDBOX])
     if owner is not None:
         runtime.reconciler.reconcile(owner, "pod")

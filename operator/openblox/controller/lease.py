@@ -70,6 +70,14 @@ class Lease:
             self._renewed = now
         return held
 
+    def is_held(self) -> bool:
+        """Whether this holder renewed the lease recently enough to act under it now, for
+        loops in other threads than the one that renews it (which calls try_hold)."""
+        renewed = self._renewed
+        return renewed is not None and self._clock() - renewed < timedelta(
+            seconds=self._duration * 2 / 3
+        )
+
     def _try_hold(self, now: datetime) -> bool:
         spec: dict[str, Any] = {
             "holderIdentity": self._holder,

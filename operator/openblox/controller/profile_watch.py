@@ -8,14 +8,13 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from openblox.builders.admission import ADMISSION_CONFIGMAP, build_admission_configmap
+from openblox.controller.configmap_watch import follow_configmap
 from openblox.controller.events import EventRecorder
 from openblox.controller.kube import Kube, is_not_found, path
 from openblox.controller.profile_store import ProfileStore
 from openblox.names import OPERATOR_NAMESPACE, PROFILES_CONFIGMAP
 
 log = logging.getLogger(__name__)
-
-WATCH_SECONDS = 300
 
 
 class ProfileWatcher:
@@ -31,34 +30,10 @@ class ProfileWatcher:
         self._published: dict[str, str] | None = None
 
     def run(self, stop: threading.Event) -> None:
-        while not stop.is_set():
-            try:
-                self._watch(stop)
-            except Exception:
-                log.exception("profiles watch broke; restarting it")
-                stop.wait(2)
+        follow_configmap(self._kube, PROFILES_CONFIGMAP, self.apply, stop, on_relist=self._relisted)
 
-    def _watch(self, stop: threading.Event) -> None:
-        configmaps = path(plural="configmaps", namespace=OPERATOR_NAMESPACE)
-        field = f"metadata.name={PROFILES_CONFIGMAP}"
-        listing = self._kube.get(configmaps, fieldSelector=field)
+    def _relisted(self) -> None:
         self._published = None  # on every (re)list, check the admission parameters again
-        items = listing.get("items") or []
-        self.apply(items[0] if items else None)
-        version = str((listing.get("metadata") or {}).get("resourceVersion") or "")
-        while not stop.is_set():
-            # Resumes from the last version seen; a 410 (too old) breaks out to re-list.
-            for event in self._kube.watch(
-                configmaps,
-                resource_version=version,
-                timeout_seconds=WATCH_SECONDS,
-                fieldSelector=field,
-            ):
-                if stop.is_set():
-                    return
-                configmap = event.get("object") or {}
-                version = str((configmap.get("metadata") or {}).get("resourceVersion") or version)
-                self.apply(None if event["type"] == "DELETED" else configmap)
 
     def apply(self, configmap: Mapping[str, Any] | None) -> None:
         data: Mapping[str, str] = (configmap.get("data") or {}) if configmap is not None else {}

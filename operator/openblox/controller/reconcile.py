@@ -31,7 +31,6 @@ from openblox.builders.conditions import (
     unschedulable_runtime,
 )
 from openblox.builders.network_policy import build_network_policy
-from openblox.builders.pod import build_pod, is_left_by_namesake, is_owned_by, pod_name
 from openblox.builders.status import build_status, status_patch
 from openblox.controller import metrics
 from openblox.controller.boundary import probe_boundary
@@ -47,7 +46,8 @@ from openblox.controller.kube import (
 from openblox.controller.profile_store import ProfileStore
 from openblox.controller.requeue import Requeue
 from openblox.controller.sandbox_cache import SandboxCache
-from openblox.controller.watched import Watched, slim_pod
+from openblox.controller.sandbox_pods import SandboxPods
+from openblox.controller.watched import Watched
 from openblox.denials import Denial, lifetime_denial, pod_denial
 from openblox.lifetime import compute_expiry, effective_lifetime
 from openblox.models import (
@@ -123,6 +123,7 @@ class Reconciler:
         self._boundaries: dict[str, Boundary] = {}
         self._node_kernels: dict[str, str] = {}
         self._ready_seen: set[str] = set()
+        self.pods = SandboxPods(kube, self.watched)
 
     # ------------------------------------------------------------------ entry point
 
@@ -154,6 +155,10 @@ class Reconciler:
     def pod_gone(self, uid: str) -> None:
         self._boundaries.pop(uid, None)
 
+    def boundary_of(self, pod_uid: str) -> Boundary | None:
+        """What the boundary probe saw in this pod (None: not probed yet)."""
+        return self._boundaries.get(pod_uid)
+
     def _lock_for(self, uid: str) -> threading.Lock:
         with self._locks_guard:
             return self._locks.setdefault(uid, threading.Lock())
@@ -166,7 +171,7 @@ class Reconciler:
         status = build_status(
             sandbox,
             observation,
-            pod_name=pod_name(sandbox) if pod is not None else None,
+            pod_name=pod["metadata"]["name"] if pod is not None else None,
             runtime_class_name=profile.runtime_class_name if profile else None,
             profile_digest=_profile_digest(pod, profile),
             exec_limits=profile.exec if profile else None,
@@ -189,7 +194,7 @@ class Reconciler:
 
         expiry = compute_expiry(sandbox, lifetime, now)
         base = Observation(expiry=expiry, expected_boundary=profile.expected_boundary)
-        runtime_problem = self._runtime_problem(profile)
+        runtime_problem = self.runtime_problem(profile)
         if runtime_problem:
             self._events.record(_sandbox_ref(sandbox), Reason.RUNTIME_UNAVAILABLE, runtime_problem)
             return (
@@ -206,7 +211,7 @@ class Reconciler:
                 self._read_pod(sandbox),
             )
 
-        self._prepare_namespace(sandbox.namespace)
+        self.prepare_namespace(sandbox.namespace)
         pod, conflict = self._ensure_pod(sandbox, profile)
         if conflict:
             return replace(base, runtime_available=True, pod_conflict=conflict), profile, None
@@ -237,25 +242,25 @@ class Reconciler:
                 profile,
                 pod,
             )
-        boundary = self._observed_boundary(pod, state)
+        boundary = self.observed_boundary(pod, state)
         if (
             boundary is not None
             and boundary != profile.expected_boundary
             and profile.expected_boundary is not None
         ):
             message = (
-                f"pod {sandbox.namespace}/{pod_name(sandbox)} runs behind {boundary}, "
+                f"pod {sandbox.namespace}/{pod['metadata']['name']} runs behind {boundary}, "
                 f"not {profile.expected_boundary}; deleting it"
             )
             self._events.record(_sandbox_ref(sandbox), Reason.BOUNDARY_MISMATCH, message)
-            self._delete_pod(pod)
+            self.delete_pod(pod)
         return (
             replace(base, runtime_available=True, pod=state, observed_boundary=boundary),
             profile,
             pod,
         )
 
-    def _namespace_labels(self, namespace: str) -> dict[str, str]:
+    def namespace_labels(self, namespace: str) -> dict[str, str]:
         known, labels = self.watched.namespace_labels(namespace)
         if known and labels is not None:
             return labels
@@ -265,7 +270,7 @@ class Reconciler:
         return labels
 
     def _resolve_profile(self, sandbox: Sandbox) -> Profile:
-        labels = self._namespace_labels(sandbox.namespace)
+        labels = self.namespace_labels(sandbox.namespace)
         broken = {}
         refusal = self._profiles.refusal(sandbox.spec.profile)
         if refusal is not None and self._profiles.get(sandbox.spec.profile) is None:
@@ -274,7 +279,7 @@ class Reconciler:
             sandbox.spec.profile, sandbox.namespace, labels, self._profiles.snapshot(), broken
         )
 
-    def _runtime_problem(self, profile: Profile) -> str | None:
+    def runtime_problem(self, profile: Profile) -> str | None:
         name = profile.runtime_class_name
         exists = self.watched.runtime_class_exists(name)
         if exists is None:
@@ -300,9 +305,9 @@ class Reconciler:
             )
         return None
 
-    def _prepare_namespace(self, namespace: str) -> None:
+    def prepare_namespace(self, namespace: str) -> None:
         """Pod Security `restricted` and the default-deny policy, before any pod exists."""
-        current = self._namespace_labels(namespace)
+        current = self.namespace_labels(namespace)
         if current.get(LABEL_NAMESPACE_OPT_IN) == NAMESPACE_OPT_IN_VALUE and any(
             current.get(k) != v for k, v in PSA_LABELS.items()
         ):
@@ -327,43 +332,12 @@ class Reconciler:
 
     def _read_pod(self, sandbox: Sandbox) -> dict[str, Any] | None:
         """The Sandbox's pod as the pod watch last showed it (no request)."""
-        pod = self.watched.pod(sandbox.namespace, pod_name(sandbox))
-        return pod if pod is not None and is_owned_by(pod, sandbox) else None
+        return self.pods.read(sandbox)
 
     def _ensure_pod(
         self, sandbox: Sandbox, profile: Profile
     ) -> tuple[dict[str, Any] | None, str | None]:
-        """The Sandbox's pod, created if missing; or a conflict message if the name is taken.
-
-        The pod watch's copy is used when there is one; otherwise the pod is created
-        straight away (no read first), and a 409 is answered by one read.
-        """
-        found = self.watched.pod(sandbox.namespace, pod_name(sandbox))
-        if found is None:
-            pods = path(plural="pods", namespace=sandbox.namespace)
-            try:
-                created = self._kube.post(pods, build_pod(sandbox, profile))
-                log.info("created pod %s/%s", sandbox.namespace, pod_name(sandbox))
-                self.watched.pod_seen(created)
-                return slim_pod(created), None
-            except Exception as error:
-                if not is_conflict(error):
-                    raise
-            existing = self._kube.get(f"{pods}/{pod_name(sandbox)}")
-            self.watched.pod_seen(existing)
-            found = slim_pod(existing)
-        if not is_owned_by(found, sandbox):
-            if is_left_by_namesake(found, sandbox):
-                # Deleted and made again under the same name: the old pod goes now rather
-                # than when the garbage collector comes; its deletion event brings ours.
-                if not found["metadata"].get("deletionTimestamp"):
-                    self._delete_pod(found)
-                return None, None
-            return None, (
-                f'a pod named "{pod_name(sandbox)}" already exists in '
-                f'"{sandbox.namespace}" and does not belong to this Sandbox'
-            )
-        return found, None
+        return self.pods.ensure(sandbox, profile)
 
     def _replace_dead_pod(
         self, sandbox: Sandbox, pod: dict[str, Any], state: PodState, denial: Denial | None
@@ -378,7 +352,7 @@ class Reconciler:
         )
         if denial is not None:
             record_denial(self._events, _sandbox_ref(sandbox), denial)
-        self._delete_pod(pod)
+        self.delete_pod(pod)
 
     def _release_pod_of_lost_node(
         self, sandbox: Sandbox, pod: Mapping[str, Any], node: str
@@ -391,18 +365,10 @@ class Reconciler:
             f"node {node} was lost with the sandbox pod on it; replacing the pod on another "
             "node (files in /tmp, /workspace and running processes are lost)",
         )
-        self._delete_pod(pod)
+        self.delete_pod(pod)
 
-    def _delete_pod(self, pod: Mapping[str, Any]) -> None:
-        metadata = pod["metadata"]
-        try:
-            self._kube.delete(
-                path(plural="pods", namespace=metadata["namespace"], name=metadata["name"]),
-                {"gracePeriodSeconds": 0, "preconditions": {"uid": metadata["uid"]}},
-            )
-        except Exception as error:
-            if not (is_not_found(error) or is_conflict(error)):
-                raise
+    def delete_pod(self, pod: Mapping[str, Any]) -> None:
+        self.pods.delete(pod)
 
     def _sandbox_creation_failure(self, pod: Mapping[str, Any], now: datetime) -> str | None:
         """The kubelet could not create the pod sandbox (for instance, no such handler)."""
@@ -432,7 +398,7 @@ class Reconciler:
         self.requeue.after(key, PENDING_GRACE_SECONDS)
         return None
 
-    def _observed_boundary(self, pod: Mapping[str, Any], state: PodState) -> Boundary | None:
+    def observed_boundary(self, pod: Mapping[str, Any], state: PodState) -> Boundary | None:
         if not state.ready:
             return None
         uid = pod["metadata"]["uid"]

@@ -12,6 +12,9 @@ from openblox.controller.events import EventRecorder
 from openblox.controller.kube import Kube
 from openblox.controller.lease import Lease
 from openblox.controller.peering import keep_peering
+from openblox.controller.pool_claim import PoolClaimer
+from openblox.controller.pool_keeper import PoolKeeper
+from openblox.controller.pool_store import PoolStore
 from openblox.controller.profile_store import ProfileStore
 from openblox.controller.profile_watch import ProfileWatcher
 from openblox.controller.reaper import Reaper
@@ -34,6 +37,8 @@ class Runtime:
     reaper: Reaper
     profile_watcher: ProfileWatcher
     watched: Watched
+    pools: PoolStore
+    pool_keeper: PoolKeeper
     stop: threading.Event = field(default_factory=threading.Event)
     threads: list[threading.Thread] = field(default_factory=list)
 
@@ -54,21 +59,27 @@ class Runtime:
             cache=cache,
             requeue=Requeue(),
         )
-        reaper = Reaper(
-            kube,
-            cache,
-            profiles,
-            reconciler,
-            events=events,
-            lease=Lease(kube, "openblox-reaper", identity),
-        )
-        watcher = ProfileWatcher(kube, profiles, events, on_change=reaper.request_resync)
-        return cls(kube, profiles, cache, reconciler, reaper, watcher, watched)
+        lease = Lease(kube, "openblox-reaper", identity)
+        reaper = Reaper(kube, cache, profiles, reconciler, events=events, lease=lease)
+        pools = PoolStore(kube, events)
+        # Refill runs in one replica: the one holding the reaper's Lease.
+        keeper = PoolKeeper(kube, watched, pools, profiles, reconciler, held=lease.is_held)
+        pools.on_change = keeper.nudge
+        reconciler.pods.claimer = PoolClaimer(kube, watched, pools, reconciler.boundary_of)
+
+        def profiles_changed() -> None:
+            reaper.request_resync()
+            keeper.nudge()
+
+        watcher = ProfileWatcher(kube, profiles, events, on_change=profiles_changed)
+        return cls(kube, profiles, cache, reconciler, reaper, watcher, watched, pools, keeper)
 
     def start(self) -> None:
         loops = (
             ("profiles", self.profile_watcher.run),
             ("reaper", self.reaper.run),
+            ("pools", self.pools.run),
+            ("pool-keeper", self.pool_keeper.run),
             ("peering", partial(keep_peering, self.kube)),
         )
         for name, target in loops:

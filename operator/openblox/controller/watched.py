@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from openblox.names import CONTAINER_NAME
+from openblox.names import CONTAINER_NAME, LABEL_POOL, LABEL_SANDBOX
 
 NEGATIVE_TTL_SECONDS = 30.0
 PROFILE_DIGEST_ANNOTATION = "openblox.sh/profile-digest"
@@ -34,9 +34,18 @@ def slim_pod(pod: Mapping[str, Any]) -> dict[str, Any]:
     annotations = metadata.get("annotations") or {}
     kept_metadata: dict[str, Any] = {
         key: metadata[key]
-        for key in ("name", "namespace", "uid", "creationTimestamp", "deletionTimestamp")
+        for key in (
+            "name",
+            "namespace",
+            "uid",
+            "resourceVersion",
+            "creationTimestamp",
+            "deletionTimestamp",
+        )
         if key in metadata
     }
+    labels = metadata.get("labels") or {}
+    kept_metadata["labels"] = {k: labels[k] for k in (LABEL_SANDBOX, LABEL_POOL) if k in labels}
     kept_metadata["ownerReferences"] = [
         {key: ref[key] for key in ("apiVersion", "kind", "name", "uid", "controller") if key in ref}
         for ref in metadata.get("ownerReferences") or []
@@ -156,6 +165,16 @@ class Watched:
         slim = slim_pod(pod)
         key = (slim["metadata"].get("namespace", ""), slim["metadata"].get("name", ""))
         with self._lock:
+            current = self._pods.get(key)
+            if (
+                current is not None
+                and current["metadata"].get("uid") == slim["metadata"].get("uid")
+                and _controller_uid(current)
+                and not _controller_uid(slim)
+            ):
+                # A pod is handed out once and never given back: a copy without the owner
+                # is older than the hand-out (a watch event the claim's answer overtook).
+                return
             self._pods[key] = slim
 
     def pod_gone(self, namespace: str, name: str, uid: str | None = None) -> None:
@@ -168,6 +187,31 @@ class Watched:
         with self._lock:
             return self._pods.get((namespace, name))
 
+    def pod_owned_by(self, namespace: str, uid: str) -> list[dict[str, Any]]:
+        """The pods in a namespace whose controller is the object with this uid."""
+        with self._lock:
+            return [
+                pod
+                for (pod_namespace, _), pod in self._pods.items()
+                if pod_namespace == namespace and _controller_uid(pod) == uid
+            ]
+
+    def pool_pods(self) -> list[dict[str, Any]]:
+        """Every pod still in a warm pool (not yet handed out), in every namespace."""
+        with self._lock:
+            return [
+                pod
+                for pod in self._pods.values()
+                if pod["metadata"].get("labels", {}).get(LABEL_POOL) and not _controller_uid(pod)
+            ]
+
     def pod_count(self) -> int:
         with self._lock:
             return len(self._pods)
+
+
+def _controller_uid(pod: Mapping[str, Any]) -> str | None:
+    for reference in pod["metadata"].get("ownerReferences") or []:
+        if reference.get("controller") is True:
+            return str(reference.get("uid"))
+    return None

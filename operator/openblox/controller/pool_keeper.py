@@ -1,0 +1,243 @@
+"""Keep each warm pool at its size: create pool pods at a bounded rate, probe their
+boundary, and delete the ones that may no longer be handed out.
+
+It runs in one replica only, while this replica holds the operator's Lease. A pool pod
+is deleted when its profile changed (old digest), its boundary probe failed, it ended,
+the pool shrank, or it no longer serves anything: the pool or its profile was removed,
+or its namespace opted out or is no longer allowed the profile.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from openblox.builders.conditions import PodState
+from openblox.builders.pod import build_pool_pod
+from openblox.controller.kube import Kube, is_not_found, path, status_of
+from openblox.controller.pool_store import PoolStore
+from openblox.controller.profile_store import ProfileStore
+from openblox.controller.reconcile import Reconciler
+from openblox.controller.watched import Watched
+from openblox.models import OpenbloxError, Profile, resolve_profile
+from openblox.models.pool import Pool
+from openblox.names import LABEL_POOL, Reason
+from openblox.pool.plan import RefillPacer, plan_pool, pod_footprint, pods_per_quota, pool_pod_view
+
+log = logging.getLogger(__name__)
+
+# ResourceQuotas and RuntimeClass overheads change rarely: read again after this long.
+QUOTA_TTL_SECONDS = 30.0
+
+Key = tuple[str, str]  # (namespace, pool name)
+
+
+class PoolKeeper:
+    def __init__(
+        self,
+        kube: Kube,
+        watched: Watched,
+        pools: PoolStore,
+        profiles: ProfileStore,
+        reconciler: Reconciler,
+        *,
+        held: Callable[[], bool],
+        pacer: RefillPacer | None = None,
+        interval_seconds: float = 1.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._kube = kube
+        self._watched = watched
+        self._pools = pools
+        self._profiles = profiles
+        self._reconciler = reconciler
+        self._held = held
+        self._pacer = pacer or RefillPacer()
+        self._interval = interval_seconds
+        self._clock = clock
+        self._wake = threading.Event()
+        self._quotas: dict[str, tuple[float, list[dict[str, Any]]]] = {}
+        self._overheads: dict[str, tuple[float, dict[str, str]]] = {}
+
+    def nudge(self) -> None:
+        """Something a pool waits for changed (a pool pod became Ready, a profile, a pool)."""
+        self._wake.set()
+
+    def run(self, stop: threading.Event) -> None:
+        while not stop.is_set():
+            self._wake.wait(self._interval)
+            self._wake.clear()
+            if stop.is_set() or not self._held():
+                continue
+            try:
+                self.run_once()
+            except Exception:
+                log.exception("pool pass failed; trying again next interval")
+
+    # ------------------------------------------------------------------ one pass
+
+    def run_once(self) -> None:
+        desired = self._desired()
+        pods: dict[Key, list[dict[str, Any]]] = defaultdict(list)
+        for pod in self._watched.pool_pods():
+            metadata = pod["metadata"]
+            pods[(metadata["namespace"], metadata["labels"][LABEL_POOL])].append(pod)
+        for key, orphans in pods.items():
+            if key not in desired:
+                for pod in orphans:
+                    if not pod["metadata"].get("deletionTimestamp"):
+                        log.info(
+                            "pool pod %s/%s serves no pool now; deleting it",
+                            key[0],
+                            pod["metadata"]["name"],
+                        )
+                        self._reconciler.delete_pod(pod)
+        self._pacer.forget([f"{ns}/{name}" for ns, name in set(pods) - set(desired)])
+        for key, (pool, profile, size) in desired.items():
+            self._keep(key, pool, profile, size, pods.get(key, []))
+
+    def _desired(self) -> dict[Key, tuple[Pool, Profile, int]]:
+        desired: dict[Key, tuple[Pool, Profile, int]] = {}
+        for pool in self._pools.pools():
+            profile = self._profiles.get(pool.profile)
+            if profile is None:
+                self._pools.record(
+                    Reason.POOL_PROFILE_NOT_FOUND,
+                    f'pool "{pool.name}" names profile "{pool.profile}", which does not exist '
+                    f"(profiles: {', '.join(self._profiles.names()) or 'none'}); it keeps no pods",
+                )
+                continue
+            for namespace in pool.namespaces:
+                if self._serves(pool, profile, namespace):
+                    desired[(namespace, pool.name)] = (
+                        pool,
+                        profile,
+                        self._size(pool, profile, namespace),
+                    )
+        return desired
+
+    def _serves(self, pool: Pool, profile: Profile, namespace: str) -> bool:
+        try:
+            labels = self._reconciler.namespace_labels(namespace)
+        except Exception as error:
+            if not is_not_found(error):
+                raise
+            self._pools.record(
+                Reason.POOL_REFUSED,
+                f'pool "{pool.name}": namespace "{namespace}" does not exist; '
+                "it keeps no pods there",
+            )
+            return False
+        try:
+            resolve_profile(profile.name, namespace, labels, {profile.name: profile}, {})
+        except OpenbloxError as error:
+            self._pools.record(
+                Reason.POOL_REFUSED,
+                f'pool "{pool.name}" keeps no pods in "{namespace}": {error.message}',
+            )
+            return False
+        problem = self._reconciler.runtime_problem(profile)
+        if problem:
+            self._pools.record(Reason.POOL_REFUSED, f'pool "{pool.name}" keeps no pods: {problem}')
+            return False
+        return True
+
+    def _size(self, pool: Pool, profile: Profile, namespace: str) -> int:
+        """The pool's size, or less if a ResourceQuota of the namespace holds fewer such pods."""
+        requests, limits = pod_footprint(
+            build_pool_pod(pool, namespace, profile), self._overhead(profile.runtime_class_name)
+        )
+        size = pool.size
+        for quota in self._quotas_of(namespace):
+            hard = (quota.get("spec") or {}).get("hard") or {}
+            fits = pods_per_quota(hard, requests, limits)
+            if fits is not None and fits < size:
+                self._pools.record(
+                    Reason.POOL_EXCEEDS_QUOTA,
+                    f'pool "{pool.name}" asks for {pool.size} pods in namespace "{namespace}", '
+                    f'but its ResourceQuota "{quota["metadata"]["name"]}" holds at most {fits} '
+                    f'"{profile.name}" pods; keeping {fits}',
+                )
+                size = fits
+        return size
+
+    def _keep(
+        self, key: Key, pool: Pool, profile: Profile, size: int, pods: list[dict[str, Any]]
+    ) -> None:
+        namespace = key[0]
+        by_name = {pod["metadata"]["name"]: pod for pod in pods}
+        expected = profile.expected_boundary
+        views = [
+            pool_pod_view(pod, self._reconciler.boundary_of(pod["metadata"]["uid"]), expected)
+            for pod in pods
+        ]
+        starting = sum(1 for v in views if v.starting and v.digest == profile.digest)
+        pacer_key = f"{namespace}/{pool.name}"
+        plan = plan_pool(
+            size, views, profile.digest, self._pacer.allowance(pacer_key, self._clock(), starting)
+        )
+        for view in views:
+            if view.name in plan.delete and view.boundary_ok is False:
+                self._pools.record(
+                    Reason.POOL_POD_FAILED,
+                    f'pool pod {namespace}/{view.name} does not run behind "{expected}"; '
+                    "it was never handed out and is deleted",
+                )
+        for name in plan.delete:
+            log.info("deleting pool pod %s/%s", namespace, name)
+            self._reconciler.delete_pod(by_name[name])
+        for name in plan.probe:
+            pod = by_name[name]
+            self._reconciler.observed_boundary(pod, PodState.from_pod(pod))
+            if self._reconciler.boundary_of(pod["metadata"]["uid"]) is not None:
+                self._wake.set()  # hand-out-able now, or to be deleted: act on it next pass
+        if plan.create:
+            self._create(pool, profile, namespace, plan.create, pacer_key)
+
+    def _create(
+        self, pool: Pool, profile: Profile, namespace: str, count: int, pacer_key: str
+    ) -> None:
+        self._reconciler.prepare_namespace(namespace)
+        body = build_pool_pod(pool, namespace, profile)
+        for _ in range(count):
+            try:
+                created = self._kube.post(path(plural="pods", namespace=namespace), body)
+            except Exception as error:
+                if status_of(error) != 403:
+                    raise
+                # The API server's quota is the last word: the pool waits for room.
+                self._pools.record(
+                    Reason.POOL_EXCEEDS_QUOTA,
+                    f'pool "{pool.name}" cannot add a pod in "{namespace}": {error}',
+                )
+                return
+            self._pacer.spend(pacer_key, 1)
+            self._watched.pod_seen(created)
+            log.info("created pool pod %s/%s", namespace, created["metadata"]["name"])
+
+    # ------------------------------------------------------------------ reads, kept a while
+
+    def _quotas_of(self, namespace: str) -> list[dict[str, Any]]:
+        now = self._clock()
+        cached = self._quotas.get(namespace)
+        if cached is None or now - cached[0] > QUOTA_TTL_SECONDS:
+            listing = self._kube.get(path(plural="resourcequotas", namespace=namespace))
+            cached = (now, list(listing.get("items") or []))
+            self._quotas[namespace] = cached
+        return cached[1]
+
+    def _overhead(self, runtime_class: str) -> Mapping[str, str]:
+        now = self._clock()
+        cached = self._overheads.get(runtime_class)
+        if cached is None or now - cached[0] > QUOTA_TTL_SECONDS:
+            body = self._kube.get(
+                path(group="node.k8s.io", plural="runtimeclasses", name=runtime_class)
+            )
+            fixed = ((body.get("overhead") or {}).get("podFixed")) or {}
+            cached = (now, {str(k): str(v) for k, v in fixed.items()})
+            self._overheads[runtime_class] = cached
+        return cached[1]

@@ -1,0 +1,127 @@
+"""Find, hand out or create the one pod of a Sandbox.
+
+A cold pod is named after its Sandbox, so a retried create finds it (409) instead of
+making another; a warm pod handed out from a pool keeps the pool's name. Both are found
+by their controller ownerReference, never by guessing a name.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from openblox.builders.pod import build_pod, is_left_by_namesake, is_owned_by, pod_name
+from openblox.controller.kube import Kube, is_conflict, is_not_found, path
+from openblox.controller.pool_claim import PoolClaimer
+from openblox.controller.watched import Watched, slim_pod
+from openblox.models import Profile, Sandbox
+from openblox.names import LABEL_SANDBOX
+
+log = logging.getLogger(__name__)
+
+
+class SandboxPods:
+    def __init__(self, kube: Kube, watched: Watched) -> None:
+        self._kube = kube
+        self._watched = watched
+        # Hands out warm pool pods; without it (or with no pool) every pod is made cold.
+        self.claimer: PoolClaimer | None = None
+
+    def read(self, sandbox: Sandbox) -> dict[str, Any] | None:
+        """The Sandbox's pod as the pod watch last showed it (no request)."""
+        owned = self.owned(sandbox)
+        return owned[0] if owned else None
+
+    def owned(self, sandbox: Sandbox) -> list[dict[str, Any]]:
+        """The pods this Sandbox controls, the one its status names first, then the oldest.
+
+        A cold pod is named after its Sandbox and a warm one keeps its pool's name, so
+        they are found by owner, not by name."""
+        owned = self._watched.pod_owned_by(sandbox.namespace, sandbox.uid)
+        named = sandbox.status.get("podName") if sandbox.status else None
+        return sorted(
+            owned,
+            key=lambda p: (
+                p["metadata"]["name"] != named,
+                str(p["metadata"].get("creationTimestamp") or ""),
+                p["metadata"]["name"],
+            ),
+        )
+
+    def ensure(
+        self, sandbox: Sandbox, profile: Profile
+    ) -> tuple[dict[str, Any] | None, str | None]:
+        """The Sandbox's pod: a warm one handed out from a pool, else one created cold; or
+        a conflict message if the cold pod's name is taken.
+
+        The pod watch's copy is used when there is one; otherwise the pod is created
+        straight away (no read first), and a 409 is answered by one read.
+        """
+        owned = self.owned(sandbox)
+        for extra in owned[1:]:
+            # One pod per Sandbox. Two can only come from two operators handing out at
+            # once (each pod still to one Sandbox only); the extra one goes.
+            log.warning(
+                "Sandbox %s/%s has a second pod; deleting it", sandbox.namespace, sandbox.name
+            )
+            self.delete(extra)
+        if owned:
+            return owned[0], None
+        found = self._watched.pod(sandbox.namespace, pod_name(sandbox))
+        if found is None:
+            claimed = self._claim_warm_pod(sandbox, profile)
+            if claimed is not None:
+                return claimed, None
+            pods = path(plural="pods", namespace=sandbox.namespace)
+            try:
+                created = self._kube.post(pods, build_pod(sandbox, profile))
+                log.info("created pod %s/%s", sandbox.namespace, pod_name(sandbox))
+                self._watched.pod_seen(created)
+                return slim_pod(created), None
+            except Exception as error:
+                if not is_conflict(error):
+                    raise
+            existing = self._kube.get(f"{pods}/{pod_name(sandbox)}")
+            self._watched.pod_seen(existing)
+            found = slim_pod(existing)
+        if not is_owned_by(found, sandbox):
+            if is_left_by_namesake(found, sandbox):
+                # Deleted and made again under the same name: the old pod goes now rather
+                # than when the garbage collector comes; its deletion event brings ours.
+                if not found["metadata"].get("deletionTimestamp"):
+                    self.delete(found)
+                return None, None
+            return None, (
+                f'a pod named "{pod_name(sandbox)}" already exists in '
+                f'"{sandbox.namespace}" and does not belong to this Sandbox'
+            )
+        return found, None
+
+    def _claim_warm_pod(self, sandbox: Sandbox, profile: Profile) -> dict[str, Any] | None:
+        if self.claimer is None or not self.claimer.serves(profile.name, sandbox.namespace):
+            return None
+        # A hand-out whose answer an earlier operator never saw (it was killed) left a
+        # pod this Sandbox owns that the watch may not have shown yet: one read by label
+        # (served from the API server's cache) finds it, so none is handed out twice.
+        listing = self._kube.get(
+            path(plural="pods", namespace=sandbox.namespace),
+            labelSelector=f"{LABEL_SANDBOX}={sandbox.name}",
+        )
+        for pod in listing.get("items") or []:
+            self._watched.pod_seen(pod)
+        owned = self.owned(sandbox)
+        if owned:
+            return owned[0]
+        return self.claimer.claim(sandbox, profile)
+
+    def delete(self, pod: Mapping[str, Any]) -> None:
+        metadata = pod["metadata"]
+        try:
+            self._kube.delete(
+                path(plural="pods", namespace=metadata["namespace"], name=metadata["name"]),
+                {"gracePeriodSeconds": 0, "preconditions": {"uid": metadata["uid"]}},
+            )
+        except Exception as error:
+            if not (is_not_found(error) or is_conflict(error)):
+                raise
