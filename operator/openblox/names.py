@@ -38,6 +38,9 @@ ANNOTATION_PROCESSES: Final = "openblox.sh/processes"
 ANNOTATION_RUNSC_OCI_SECCOMP: Final = "dev.gvisor.flag.oci-seccomp"
 # Relative to the kubelet's seccomp directory; the file is cluster/seccomp/sandbox.json.
 SECCOMP_LOCALHOST_PROFILE: Final = "openblox/sandbox.json"
+# On a warm pool pod once the operator's boundary probe saw its profile's boundary; only
+# the operator may write a sandbox pod, so it survives an operator restart unforged.
+ANNOTATION_BOUNDARY: Final = "openblox.sh/boundary"
 
 NETWORK_POLICY_NAME: Final = "openblox-default-deny"
 

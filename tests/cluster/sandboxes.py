@@ -65,6 +65,14 @@ def get_sandbox(kube: Kube, name: str, namespace: str) -> dict[str, Any] | None:
     return json.loads(result.stdout) if result.returncode == 0 else None
 
 
+def pod_of(kube: Kube, name: str, namespace: str) -> str:
+    """The Sandbox's pod as the operator reports it: a warm pod keeps its pool's name."""
+    body = get_sandbox(kube, name, namespace) or {}
+    pod = (body.get("status") or {}).get("podName")
+    assert pod, f"Sandbox {namespace}/{name} reports no pod: {body.get('status')}"
+    return str(pod)
+
+
 def wait_reason(
     kube: Kube, name: str, namespace: str, reason: str, timeout: float = 120
 ) -> dict[str, Any]:

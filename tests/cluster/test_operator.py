@@ -17,6 +17,7 @@ from tests.cluster.sandboxes import (
     extra_profiles,
     get_sandbox,
     opt_in,
+    pod_of,
     profile_yaml,
     ready_condition,
     sandbox,
@@ -227,12 +228,13 @@ def test_the_scheduler_may_preempt_a_sandbox_pod_but_an_admin_may_not_delete_it(
     """The operator's PriorityClass only helps if the scheduler's preemption gets through."""
     operator.apply(sandbox("victim", sandboxes_ns))
     wait_reason(operator, "victim", sandboxes_ns, "Ready")
-    dry_run = ("delete", "pod", "victim", "-n", sandboxes_ns, "--dry-run=server")
+    victim = pod_of(operator, "victim", sandboxes_ns)
+    dry_run = ("delete", "pod", victim, "-n", sandboxes_ns, "--dry-run=server")
     refused = operator.kubectl(*dry_run, check=False)
     assert refused.returncode != 0
     assert "managed by the openblox operator only" in refused.stderr
     operator.kubectl(*dry_run, "--as=system:kube-scheduler")
-    assert "deletionTimestamp" not in operator.get("pod", "victim", sandboxes_ns)["metadata"]
+    assert "deletionTimestamp" not in operator.get("pod", victim, sandboxes_ns)["metadata"]
 
 
 def test_broken_profiles_are_refused_and_nothing_is_lost(operator: Kube, sandboxes_ns: str) -> None:
@@ -317,7 +319,7 @@ def test_handler_missing_on_the_node_fails_closed(operator: Kube, sandboxes_ns: 
             operator.apply(sandbox("nohandler", sandboxes_ns, profile="test-no-handler"))
             body = wait_reason(operator, "nohandler", sandboxes_ns, "RuntimeUnavailable", 90)
             assert "could not start the pod's runtime" in ready_condition(body)["message"]
-            pod = operator.get("pod", "nohandler", sandboxes_ns)
+            pod = operator.get("pod", pod_of(operator, "nohandler", sandboxes_ns), sandboxes_ns)
             assert pod["status"]["phase"] == "Pending"
             assert not any(
                 c.get("state", {}).get("running")
@@ -339,8 +341,9 @@ def test_kata_profile_refuses_without_confirmed_policy_enforcement(
 def test_a_pod_deleted_by_hand_is_recreated(operator: Kube, sandboxes_ns: str) -> None:
     operator.apply(sandbox("phoenix", sandboxes_ns))
     wait_reason(operator, "phoenix", sandboxes_ns, "Ready")
-    first = operator.get("pod", "phoenix", sandboxes_ns)["metadata"]["uid"]
-    operator.kubectl("delete", "pod", "phoenix", "-n", sandboxes_ns, f"--as={OPERATOR_SA}")
+    phoenix = pod_of(operator, "phoenix", sandboxes_ns)
+    first = operator.get("pod", phoenix, sandboxes_ns)["metadata"]["uid"]
+    operator.kubectl("delete", "pod", phoenix, "-n", sandboxes_ns, f"--as={OPERATOR_SA}")
 
     def replaced() -> bool:
         pods = sandbox_pods(operator, sandboxes_ns)
@@ -357,8 +360,9 @@ def test_a_pod_deleted_by_hand_is_recreated(operator: Kube, sandboxes_ns: str) -
 def test_a_guest_that_kills_its_own_init_is_recovered(operator: Kube, sandboxes_ns: str) -> None:
     operator.apply(sandbox("suicide", sandboxes_ns))
     wait_reason(operator, "suicide", sandboxes_ns, "Ready")
-    first = operator.get("pod", "suicide", sandboxes_ns)["metadata"]["uid"]
-    operator.exec("suicide", sandboxes_ns, "kill", "-9", "1")
+    suicide = pod_of(operator, "suicide", sandboxes_ns)
+    first = operator.get("pod", suicide, sandboxes_ns)["metadata"]["uid"]
+    operator.exec(suicide, sandboxes_ns, "kill", "-9", "1")
 
     def recovered() -> bool:
         pods = sandbox_pods(operator, sandboxes_ns)

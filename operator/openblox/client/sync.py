@@ -395,7 +395,14 @@ class Sandbox:
 
     @property
     def pod(self) -> str:
-        return str(self.status.get("podName") or self.name)
+        """The pod's name, as the operator reported it: a warm pod handed out from a pool
+        keeps the pool's name, so it is read from `status.podName`, never guessed."""
+        name = self.status.get("podName")
+        if not name:
+            raise SandboxNotReady(
+                self.name, "PodNotCreated", "the operator has not reported a pod (status.podName)"
+            )
+        return str(name)
 
     def refresh(self) -> Sandbox:
         self._body = self._client.get(self.name, self.namespace)._body

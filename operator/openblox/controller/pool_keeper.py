@@ -23,9 +23,9 @@ from openblox.controller.pool_store import PoolStore
 from openblox.controller.profile_store import ProfileStore
 from openblox.controller.reconcile import Reconciler
 from openblox.controller.watched import Watched
-from openblox.models import OpenbloxError, Profile, resolve_profile
+from openblox.models import Boundary, OpenbloxError, Profile, resolve_profile
 from openblox.models.pool import Pool
-from openblox.names import LABEL_POOL, Reason
+from openblox.names import ANNOTATION_BOUNDARY, LABEL_POOL, Reason
 from openblox.pool.plan import RefillPacer, plan_pool, pod_footprint, pods_per_quota, pool_pod_view
 
 log = logging.getLogger(__name__)
@@ -191,12 +191,30 @@ class PoolKeeper:
             log.info("deleting pool pod %s/%s", namespace, name)
             self._reconciler.delete_pod(by_name[name])
         for name in plan.probe:
-            pod = by_name[name]
-            self._reconciler.observed_boundary(pod, PodState.from_pod(pod))
-            if self._reconciler.boundary_of(pod["metadata"]["uid"]) is not None:
-                self._wake.set()  # hand-out-able now, or to be deleted: act on it next pass
+            self._probe(by_name[name], expected)
         if plan.create:
             self._create(pool, profile, namespace, plan.create, pacer_key)
+
+    def _probe(self, pod: dict[str, Any], expected: Boundary | None) -> None:
+        """The same boundary check a cold pod gets, before the pod may be handed out."""
+        self._reconciler.observed_boundary(pod, PodState.from_pod(pod))
+        observed = self._reconciler.boundary_of(pod["metadata"]["uid"])
+        if observed is None:
+            return  # inconclusive: probed again on a later pass
+        self._wake.set()  # hand-out-able now, or to be deleted: act on it next pass
+        if expected is not None and observed != expected:
+            return
+        metadata = pod["metadata"]
+        try:
+            annotated = self._kube.patch(
+                path(plural="pods", namespace=metadata["namespace"], name=metadata["name"]),
+                {"metadata": {"annotations": {ANNOTATION_BOUNDARY: observed}}},
+            )
+        except Exception as error:
+            if not is_not_found(error):
+                raise
+            return
+        self._watched.pod_seen(annotated)
 
     def _create(
         self, pool: Pool, profile: Profile, namespace: str, count: int, pacer_key: str

@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from openblox.names import CONTAINER_NAME, LABEL_POOL, LABEL_SANDBOX
+from openblox.names import ANNOTATION_BOUNDARY, CONTAINER_NAME, LABEL_POOL, LABEL_SANDBOX
 
 NEGATIVE_TTL_SECONDS = 30.0
 PROFILE_DIGEST_ANNOTATION = "openblox.sh/profile-digest"
@@ -51,10 +51,13 @@ def slim_pod(pod: Mapping[str, Any]) -> dict[str, Any]:
         for ref in metadata.get("ownerReferences") or []
         if ref.get("controller") is True
     ]
-    if PROFILE_DIGEST_ANNOTATION in annotations:
-        kept_metadata["annotations"] = {
-            PROFILE_DIGEST_ANNOTATION: annotations[PROFILE_DIGEST_ANNOTATION]
-        }
+    kept_annotations = {
+        k: annotations[k]
+        for k in (PROFILE_DIGEST_ANNOTATION, ANNOTATION_BOUNDARY)
+        if k in annotations
+    }
+    if kept_annotations:
+        kept_metadata["annotations"] = kept_annotations
     kept_spec: dict[str, Any] = {
         key: spec[key] for key in ("nodeName", "activeDeadlineSeconds") if key in spec
     }

@@ -15,7 +15,7 @@ from typing import Any
 
 from openblox.builders.conditions import PodState
 from openblox.models import Boundary, parse_quantity, parse_timestamp
-from openblox.names import ANNOTATION_PROFILE_DIGEST
+from openblox.names import ANNOTATION_BOUNDARY, ANNOTATION_PROFILE_DIGEST
 
 # ResourceQuota keys that a pool pod's requests and limits count against.
 _QUOTA_KEYS = {
@@ -55,8 +55,12 @@ def pool_pod_view(
     pod: Mapping[str, Any], observed: Boundary | None, expected: Boundary | None
 ) -> PoolPod:
     """A pool pod as the decisions see it, from the pod (as the watch keeps it) and the
-    boundary its probe saw (None: not probed yet)."""
+    boundary its probe saw in this process (None: not probed here), else the one an
+    earlier probe recorded on the pod."""
     metadata = pod["metadata"]
+    if observed is None:
+        recorded = (metadata.get("annotations") or {}).get(ANNOTATION_BOUNDARY)
+        observed = recorded if recorded in ("gvisor", "kata", "none") else None
     state = PodState.from_pod(pod)
     return PoolPod(
         name=str(metadata["name"]),
