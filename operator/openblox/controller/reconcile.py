@@ -60,6 +60,7 @@ from openblox.models import (
 )
 from openblox.models.profile import Boundary, resolve_profile
 from openblox.names import (
+    ANNOTATION_BOUNDARY,
     API_VERSION,
     GROUP,
     KIND,
@@ -402,6 +403,11 @@ class Reconciler:
         if not state.ready:
             return None
         uid = pod["metadata"]["uid"]
+        recorded = (pod["metadata"].get("annotations") or {}).get(ANNOTATION_BOUNDARY)
+        if uid not in self._boundaries and recorded in ("gvisor", "kata"):
+            # A warm pod's probe ran before its hand-out, perhaps in an earlier operator;
+            # only the operator may write a sandbox pod, so the record is its own.
+            self._boundaries[uid] = recorded
         if uid not in self._boundaries:
             node = pod["spec"].get("nodeName")
             observed = probe_boundary(

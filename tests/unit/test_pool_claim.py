@@ -1,0 +1,262 @@
+"""The hand-out's decisions, against a fake API server that enforces resourceVersion.
+
+What the real API server does with two hand-outs of one pod is tested on the cluster
+(tests/cluster/test_pool.py); here, what the operator does with each answer.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from openblox.builders.pod import build_pool_pod
+from openblox.controller.kube import ApiError
+from openblox.controller.pool_claim import PoolClaimer
+from openblox.controller.pool_store import PoolStore
+from openblox.controller.reconcile import Reconciler
+from openblox.controller.watched import Watched
+from openblox.models.pool import Pool
+from tests.unit.factories import default_profile
+from tests.unit.test_operator_loop import FakeKube, _cached, _watched_operator
+
+PODS = "/api/v1/namespaces/team-a/pods"
+POOL = Pool("warm", "code-exec", ("team-a",), 2)
+READY = {
+    "phase": "Running",
+    "startTime": "2025-01-02T03:04:05Z",
+    "conditions": [{"type": "Ready", "status": "True"}],
+}
+
+
+def merge(target: dict[str, Any], patch: dict[str, Any]) -> dict[str, Any]:
+    """RFC 7386 merge patch."""
+    result = copy.deepcopy(target)
+    for key, value in patch.items():
+        if value is None:
+            result.pop(key, None)
+        elif isinstance(value, dict) and isinstance(result.get(key), dict):
+            result[key] = merge(result[key], value)
+        else:
+            result[key] = copy.deepcopy(value)
+    return result
+
+
+class PodServer(FakeKube):
+    """Pods with resourceVersions: a patch naming an old version gets 409, as it would."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.version = 100
+
+    def add_pod(self, name: str, **annotations: str) -> dict[str, Any]:
+        pod = build_pool_pod(POOL, "team-a", default_profile())
+        self.version += 1
+        pod["metadata"].update(
+            {
+                "name": name,
+                "uid": f"uid-{name}",
+                "resourceVersion": str(self.version),
+                "creationTimestamp": "2025-01-02T03:04:05Z",
+            }
+        )
+        pod["metadata"]["annotations"].update(annotations)
+        pod["status"] = dict(READY)
+        self.objects[f"{PODS}/{name}"] = pod
+        return pod
+
+    def bump(self, name: str, change: dict[str, Any]) -> None:
+        """Someone else wrote the pod (a status update, another hand-out)."""
+        self.version += 1
+        pod = merge(self.objects[f"{PODS}/{name}"], change)
+        pod["metadata"]["resourceVersion"] = str(self.version)
+        self.objects[f"{PODS}/{name}"] = pod
+
+    def patch(self, target: str, body: Any, content_type: str = "") -> dict[str, Any]:
+        if not target.startswith(f"{PODS}/"):
+            return super().patch(target, body, content_type)
+        self.calls.append(("PATCH", target))
+        current = self.objects.get(target)
+        if current is None:
+            raise ApiError(404, "NotFound")
+        wanted = (body.get("metadata") or {}).get("resourceVersion")
+        if wanted is not None and wanted != current["metadata"]["resourceVersion"]:
+            raise ApiError(409, "Conflict")
+        self.bump(target.rsplit("/", 1)[1], body)
+        return copy.deepcopy(self.objects[target])
+
+    def get(self, target: str, **params: Any) -> dict[str, Any]:
+        if target == PODS:
+            self.calls.append(("GET", target))
+            selector = params.get("labelSelector", "")
+            key, _, value = selector.partition("=")
+            items = [
+                copy.deepcopy(p)
+                for path, p in self.objects.items()
+                if path.startswith(f"{PODS}/") and p["metadata"]["labels"].get(key) == value
+            ]
+            return {"items": items}
+        return super().get(target, **params)
+
+
+def _pooled_operator() -> tuple[PodServer, Reconciler, Watched, Any]:
+    server = PodServer()
+    _, reconciler, watched, cache = _watched_operator()
+    reconciler._kube = server  # type: ignore[assignment]
+    reconciler.pods._kube = server  # type: ignore[assignment]
+    store = PoolStore(server, reconciler._events)  # type: ignore[arg-type]
+    store.apply({"data": {"warm": "profile: code-exec\nnamespaces: [team-a]\nsize: 2\n"}})
+    reconciler.pods.claimer = PoolClaimer(
+        server,  # type: ignore[arg-type]
+        watched,
+        store,
+        reconciler.boundary_of,
+    )
+    return server, reconciler, watched, cache
+
+
+def test_a_sandbox_a_pool_serves_gets_a_probed_warm_pod_in_three_requests() -> None:
+    server, reconciler, watched, cache = _pooled_operator()
+    watched.pod_seen(server.add_pod("warm.aaaaa", **{"openblox.sh/boundary": "gvisor"}))
+    sandbox = _cached(cache)
+    reconciler.reconcile(sandbox, "sandbox")
+    assert server.take() == [
+        ("GET", PODS),  # finds a pod an earlier operator handed out but never reported
+        ("PATCH", f"{PODS}/warm.aaaaa"),
+        ("PATCH", "/apis/openblox.sh/v1alpha1/namespaces/team-a/sandboxes/demo/status"),
+    ]
+    pod = server.objects[f"{PODS}/warm.aaaaa"]
+    assert pod["metadata"]["labels"]["openblox.sh/sandbox"] == "demo"
+    assert "openblox.sh/pool" not in pod["metadata"]["labels"]
+    assert pod["metadata"]["ownerReferences"][0]["uid"] == sandbox.uid
+    settled = cache.get("team-a", "demo")
+    assert settled is not None and settled.status["podName"] == "warm.aaaaa"
+    assert settled.status["boundary"] == "gvisor"  # probed while warm, not again
+    reconciler.reconcile(settled, "resync")
+    assert server.take() == []
+
+
+def test_an_unprobed_or_stale_pool_pod_is_not_handed_out_and_the_sandbox_goes_cold() -> None:
+    server, reconciler, watched, cache = _pooled_operator()
+    watched.pod_seen(server.add_pod("warm.unprobed"))
+    stale = server.add_pod("warm.stale", **{"openblox.sh/boundary": "gvisor"})
+    stale["metadata"]["annotations"]["openblox.sh/profile-digest"] = "old"
+    watched.pod_seen(stale)
+    reconciler.reconcile(_cached(cache), "sandbox")
+    calls = server.take()
+    assert ("POST", PODS) in calls
+    assert not any(m == "PATCH" and t.startswith(f"{PODS}/") for m, t in calls)
+
+
+def test_a_lost_race_takes_another_pod() -> None:
+    server, reconciler, watched, cache = _pooled_operator()
+    first = server.add_pod("warm.first", **{"openblox.sh/boundary": "gvisor"})
+    watched.pod_seen(first)
+    watched.pod_seen(server.add_pod("warm.second", **{"openblox.sh/boundary": "gvisor"}))
+    # Another operator handed "first" out after our watch showed it.
+    server.bump(
+        "warm.first",
+        {
+            "metadata": {
+                "labels": {"openblox.sh/sandbox": "other", "openblox.sh/pool": None},
+                "ownerReferences": [{"uid": "someone-else", "controller": True}],
+            }
+        },
+    )
+    reconciler.reconcile(_cached(cache), "sandbox")
+    calls = server.take()
+    assert calls[1:5] == [
+        ("PATCH", f"{PODS}/warm.first"),  # 409
+        ("GET", f"{PODS}/warm.first"),  # taken: not retried
+        ("PATCH", f"{PODS}/warm.second"),
+        ("PATCH", "/apis/openblox.sh/v1alpha1/namespaces/team-a/sandboxes/demo/status"),
+    ]
+    assert server.objects[f"{PODS}/warm.first"]["metadata"]["ownerReferences"][0]["uid"] == (
+        "someone-else"
+    )
+
+
+def test_a_pod_changed_but_still_free_is_claimed_at_its_new_version() -> None:
+    server, reconciler, watched, cache = _pooled_operator()
+    watched.pod_seen(server.add_pod("warm.only", **{"openblox.sh/boundary": "gvisor"}))
+    server.bump("warm.only", {"status": {"podIP": "10.0.0.9"}})  # the kubelet wrote status
+    reconciler.reconcile(_cached(cache), "sandbox")
+    calls = server.take()
+    assert calls[1:4] == [
+        ("PATCH", f"{PODS}/warm.only"),
+        ("GET", f"{PODS}/warm.only"),
+        ("PATCH", f"{PODS}/warm.only"),
+    ]
+    assert server.objects[f"{PODS}/warm.only"]["metadata"]["labels"]["openblox.sh/sandbox"] == (
+        "demo"
+    )
+
+
+def test_the_last_pod_lost_falls_back_to_a_cold_create() -> None:
+    server, reconciler, watched, cache = _pooled_operator()
+    watched.pod_seen(server.add_pod("warm.only", **{"openblox.sh/boundary": "gvisor"}))
+    server.bump("warm.only", {"metadata": {"ownerReferences": [{"uid": "x", "controller": True}]}})
+    reconciler.reconcile(_cached(cache), "sandbox")
+    calls = server.take()
+    assert ("POST", PODS) in calls
+    assert cache.get("team-a", "demo").status["podName"] == "demo"  # type: ignore[union-attr]
+
+
+def test_a_pod_handed_out_before_a_crash_is_adopted_not_doubled() -> None:
+    server, reconciler, watched, cache = _pooled_operator()
+    sandbox = _cached(cache)
+    # The earlier operator's hand-out landed; this one's watch has not shown it yet.
+    server.add_pod("warm.before", **{"openblox.sh/boundary": "gvisor"})
+    server.bump(
+        "warm.before",
+        {
+            "metadata": {
+                "labels": {"openblox.sh/sandbox": "demo", "openblox.sh/pool": None},
+                "ownerReferences": [{"uid": sandbox.uid, "controller": True}],
+            }
+        },
+    )
+    watched.pod_seen(server.add_pod("warm.spare", **{"openblox.sh/boundary": "gvisor"}))
+    reconciler.reconcile(sandbox, "sandbox")
+    calls = server.take()
+    assert not any(m in ("PATCH", "POST") and t.startswith(PODS) for m, t in calls)
+    assert cache.get("team-a", "demo").status["podName"] == "warm.before"  # type: ignore[union-attr]
+
+
+def test_a_stale_watch_event_never_gives_a_handed_out_pod_back_to_the_pool() -> None:
+    watched = Watched()
+    server = PodServer()
+    before = server.add_pod("warm.x")
+    server.bump(
+        "warm.x",
+        {
+            "metadata": {
+                "labels": {"openblox.sh/sandbox": "demo", "openblox.sh/pool": None},
+                "ownerReferences": [{"uid": "s", "controller": True}],
+            }
+        },
+    )
+    watched.pod_seen(server.objects[f"{PODS}/warm.x"])
+    watched.pod_seen(before)  # an older event, delivered after the hand-out's answer
+    assert watched.pool_pods() == []
+    assert [p["metadata"]["name"] for p in watched.pod_owned_by("team-a", "s")] == ["warm.x"]
+
+
+def test_a_second_pod_owned_by_one_sandbox_is_deleted() -> None:
+    server, reconciler, watched, cache = _pooled_operator()
+    sandbox = _cached(cache)
+    for name in ("warm.one", "warm.two"):
+        server.add_pod(name, **{"openblox.sh/boundary": "gvisor"})
+        server.bump(
+            name,
+            {
+                "metadata": {
+                    "labels": {"openblox.sh/sandbox": "demo", "openblox.sh/pool": None},
+                    "ownerReferences": [{"uid": sandbox.uid, "controller": True}],
+                }
+            },
+        )
+        watched.pod_seen(server.objects[f"{PODS}/{name}"])
+    reconciler.reconcile(sandbox, "sandbox")
+    calls = server.take()
+    assert calls.count(("DELETE", f"{PODS}/warm.two")) == 1
+    assert ("DELETE", f"{PODS}/warm.one") not in calls
