@@ -70,8 +70,13 @@ IDLE_PROFILE_YAML = profile_yaml("10m", "64Mi", scratch="8Mi")
 # on a node where 1,000 pods never could.
 NOPOD_PROFILE = "bench-nopod"
 NOPOD_PROFILE_YAML = profile_yaml("1m", "64Mi", scratch="8Mi", runtime="openblox-bench-none")
+# For warm pools: a claim boots nothing, so its time does not depend on the CPU limit;
+# small, so a pool of 20 and its refill fit beside other sessions' pods.
+POOL_PROFILE = "bench-pool"
+POOL_PROFILE_YAML = profile_yaml("25m", "96Mi", scratch="8Mi")
 BENCH_PROFILES = {
     SMALL_PROFILE: SMALL_PROFILE_YAML,
+    POOL_PROFILE: POOL_PROFILE_YAML,
     IDLE_PROFILE: IDLE_PROFILE_YAML,
     NOPOD_PROFILE: NOPOD_PROFILE_YAML,
 }

@@ -25,6 +25,7 @@ from bench.sections import (
     files,
     jobs,
     operator_cost,
+    pool,
     preview,
     scaling,
     syscalls,
@@ -34,6 +35,7 @@ from bench.sections import (
 SECTIONS: dict[str, ModuleType] = {
     "syscalls": syscalls,
     "create": create,
+    "pool": pool,
     "exec": exec_latency,
     "client-library": client_library,
     "files": files,
