@@ -60,6 +60,7 @@ class PoolKeeper:
         self._interval = interval_seconds
         self._clock = clock
         self._wake = threading.Event()
+        self._listed = False
         self._quotas: dict[str, tuple[float, list[dict[str, Any]]]] = {}
         self._overheads: dict[str, tuple[float, dict[str, str]]] = {}
 
@@ -81,6 +82,15 @@ class PoolKeeper:
     # ------------------------------------------------------------------ one pass
 
     def run_once(self) -> None:
+        if not (self._pools.loaded() and self._profiles.loaded()):
+            return  # an unread ConfigMap would look like pools removed, and their pods go
+        if not self._listed:
+            # The pod watch may not have delivered every pool pod yet after a start:
+            # without this list the pass would make a pool's pods again.
+            listing = self._kube.get(path(plural="pods"), labelSelector=LABEL_POOL)
+            for pod in listing.get("items") or []:
+                self._watched.pod_seen(pod)
+            self._listed = True
         desired = self._desired()
         pods: dict[Key, list[dict[str, Any]]] = defaultdict(list)
         for pod in self._watched.pool_pods():

@@ -31,6 +31,7 @@ class PoolStore:
         self._lock = threading.Lock()
         self._pools: dict[str, Pool] = {}
         self._configmap: dict[str, Any] | None = None
+        self._loaded = threading.Event()
 
     def run(self, stop: threading.Event) -> None:
         follow_configmap(self._kube, POOLS_CONFIGMAP, self.apply, stop)
@@ -49,6 +50,7 @@ class PoolStore:
             self._configmap = (
                 {"apiVersion": "v1", "kind": "ConfigMap", **configmap} if configmap else None
             )
+        self._loaded.set()
         for name, error in broken.items():
             kept = " (its last good version stays in service)" if name in current else ""
             log.error("%s%s", error.message, kept)
@@ -56,6 +58,10 @@ class PoolStore:
         if changed:
             log.info("pools now: %s", sorted(current))
             self.on_change()
+
+    def loaded(self) -> bool:
+        """Whether the ConfigMap has been read once: before, no pool is known to be gone."""
+        return self._loaded.is_set()
 
     def pools(self) -> list[Pool]:
         with self._lock:

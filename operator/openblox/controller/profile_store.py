@@ -50,6 +50,9 @@ class ProfileStore:
         self._loaded.set()
         return ProfileUpdate(changed, removed, dict(broken), tuple(sorted(kept)))
 
+    def loaded(self) -> bool:
+        return self._loaded.is_set()
+
     def wait_loaded(self, timeout: float) -> bool:
         return self._loaded.wait(timeout)
 
