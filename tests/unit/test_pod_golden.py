@@ -30,7 +30,7 @@ def test_pod_for_the_default_profile_matches_the_golden_file() -> None:
 
 def test_pool_pod_for_the_default_profile_matches_the_golden_file() -> None:
     pool = Pool("warm", "code-exec", ("team-a",), 3)
-    pod = build_pool_pod(pool, "team-a", default_profile())
+    pod = build_pool_pod(pool, "team-a", default_profile(), "abcde")
 
     if os.environ.get("OPENBLOX_UPDATE_GOLDEN") == "1":
         POOL_GOLDEN.write_text(json.dumps(pod, indent=2) + "\n")

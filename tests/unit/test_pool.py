@@ -7,7 +7,7 @@ from fractions import Fraction
 
 import pytest
 
-from openblox.builders.pod import build_pod, build_pool_pod, claim_patch, pool_pod_prefix
+from openblox.builders.pod import build_pod, build_pool_pod, claim_patch, pool_pod_name
 from openblox.models.pool import MAX_POOL_SIZE, Pool, PoolError, parse_pool, parse_pools
 from openblox.pool.plan import (
     PoolPod,
@@ -89,10 +89,10 @@ def test_a_broken_key_hides_no_other_pool() -> None:
 def test_a_pool_pod_has_the_cold_pods_spec_and_digest_but_no_owner_and_no_deadline() -> None:
     profile = default_profile()
     cold = build_pod(make_sandbox(), profile)
-    warm = build_pool_pod(POOL, "team-a", profile)
+    warm = build_pool_pod(POOL, "team-a", profile, "abcde")
     assert warm["metadata"]["annotations"] == cold["metadata"]["annotations"]
-    assert "ownerReferences" not in warm["metadata"] and "name" not in warm["metadata"]
-    assert warm["metadata"]["generateName"] == pool_pod_prefix(POOL) == "warm."
+    assert "ownerReferences" not in warm["metadata"]
+    assert warm["metadata"]["name"] == pool_pod_name(POOL, "abcde") == "warm.abcde"
     # The pod admission policy and the default-deny NetworkPolicy select this label.
     assert warm["metadata"]["labels"]["openblox.sh/sandbox"] == ""
     assert warm["metadata"]["labels"]["openblox.sh/pool"] == "warm"
@@ -108,7 +108,7 @@ def test_a_pool_pod_has_the_cold_pods_spec_and_digest_but_no_owner_and_no_deadli
 def test_the_claim_patch_is_conditional_and_starts_the_lifetime_at_the_hand_out() -> None:
     profile = default_profile()
     sandbox = make_sandbox(spec={"maxAgeSeconds": 600})
-    warm = build_pool_pod(POOL, "team-a", profile)
+    warm = build_pool_pod(POOL, "team-a", profile, "abcde")
     warm["metadata"].update({"name": "warm.abcde", "resourceVersion": "812"})
     warm["status"] = {"startTime": "2025-01-02T03:04:05Z"}
     patch = claim_patch(warm, sandbox, profile, T0 + timedelta(seconds=90.2))
@@ -124,7 +124,7 @@ def test_the_claim_patch_is_conditional_and_starts_the_lifetime_at_the_hand_out(
 
 
 def test_a_pool_pod_view_reads_readiness_digest_and_the_probe() -> None:
-    warm = build_pool_pod(POOL, "team-a", default_profile())
+    warm = build_pool_pod(POOL, "team-a", default_profile(), "abcde")
     warm["metadata"].update({"name": "warm.x", "creationTimestamp": "2025-01-02T03:04:05Z"})
     warm["status"] = {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}
     view = pool_pod_view(warm, "gvisor", "gvisor")
@@ -202,7 +202,7 @@ def test_ready_unprobed_pods_are_probed_before_they_can_be_handed_out() -> None:
 
 
 def test_quota_holds_a_number_of_such_pods() -> None:
-    warm = build_pool_pod(POOL, "team-a", default_profile())
+    warm = build_pool_pod(POOL, "team-a", default_profile(), "abcde")
     requests, limits = pod_footprint(warm, {"cpu": "5m", "memory": "32Mi"})
     assert requests["memory"] == limits["memory"] == Fraction(512 * 2**20 + 32 * 2**20)
     hard = {"requests.cpu": "2", "limits.memory": "3Gi", "pods": "10", "services": "1"}

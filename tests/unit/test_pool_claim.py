@@ -49,7 +49,7 @@ class PodServer(FakeKube):
         self.version = 100
 
     def add_pod(self, name: str, **annotations: str) -> dict[str, Any]:
-        pod = build_pool_pod(POOL, "team-a", default_profile())
+        pod = build_pool_pod(POOL, "team-a", default_profile(), "abcde")
         self.version += 1
         pod["metadata"].update(
             {

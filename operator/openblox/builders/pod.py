@@ -136,13 +136,14 @@ def build_pod(sandbox: Sandbox, profile: Profile) -> dict[str, Any]:
     }
 
 
-def pool_pod_prefix(pool: Pool) -> str:
-    """A pool pod's generated name starts with this. The dot keeps it from ever being a
-    Sandbox's name (those are DNS labels), so a cold create never meets a pool pod."""
-    return f"{pool.name}."
+def pool_pod_name(pool: Pool, suffix: str) -> str:
+    """`<pool>.<suffix>`: the dot keeps it from ever being a Sandbox's name (those are DNS
+    labels), so a cold create never meets a pool pod. The caller picks the suffix (the
+    API server refuses a generateName that ends in a dot)."""
+    return f"{pool.name}.{suffix}"
 
 
-def build_pool_pod(pool: Pool, namespace: str, profile: Profile) -> dict[str, Any]:
+def build_pool_pod(pool: Pool, namespace: str, profile: Profile, suffix: str) -> dict[str, Any]:
     """A warm pod: the same spec a cold one gets from this profile, waiting for a Sandbox.
 
     It carries the sandbox label with an empty value, so the pod admission policy and
@@ -153,7 +154,7 @@ def build_pool_pod(pool: Pool, namespace: str, profile: Profile) -> dict[str, An
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {
-            "generateName": pool_pod_prefix(pool),
+            "name": pool_pod_name(pool, suffix),
             "namespace": namespace,
             "labels": {
                 LABEL_SANDBOX: "",

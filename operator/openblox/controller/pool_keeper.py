@@ -10,6 +10,8 @@ or its namespace opted out or is no longer allowed the profile.
 from __future__ import annotations
 
 import logging
+import secrets
+import string
 import threading
 import time
 from collections import defaultdict
@@ -18,7 +20,7 @@ from typing import Any
 
 from openblox.builders.conditions import PodState
 from openblox.builders.pod import build_pool_pod
-from openblox.controller.kube import Kube, is_not_found, path, status_of
+from openblox.controller.kube import Kube, is_conflict, is_not_found, path, status_of
 from openblox.controller.pool_store import PoolStore
 from openblox.controller.profile_store import ProfileStore
 from openblox.controller.reconcile import Reconciler
@@ -159,7 +161,8 @@ class PoolKeeper:
     def _size(self, pool: Pool, profile: Profile, namespace: str) -> int:
         """The pool's size, or less if a ResourceQuota of the namespace holds fewer such pods."""
         requests, limits = pod_footprint(
-            build_pool_pod(pool, namespace, profile), self._overhead(profile.runtime_class_name)
+            build_pool_pod(pool, namespace, profile, "x"),
+            self._overhead(profile.runtime_class_name),
         )
         size = pool.size
         for quota in self._quotas_of(namespace):
@@ -230,11 +233,13 @@ class PoolKeeper:
         self, pool: Pool, profile: Profile, namespace: str, count: int, pacer_key: str
     ) -> None:
         self._reconciler.prepare_namespace(namespace)
-        body = build_pool_pod(pool, namespace, profile)
         for _ in range(count):
+            body = build_pool_pod(pool, namespace, profile, _suffix())
             try:
                 created = self._kube.post(path(plural="pods", namespace=namespace), body)
             except Exception as error:
+                if is_conflict(error):
+                    continue  # the name was taken (1 in 36**5): the next pass makes another
                 if status_of(error) != 403:
                     raise
                 # The API server's quota is the last word: the pool waits for room.
@@ -269,3 +274,8 @@ class PoolKeeper:
             cached = (now, {str(k): str(v) for k, v in fixed.items()})
             self._overheads[runtime_class] = cached
         return cached[1]
+
+
+def _suffix() -> str:
+    alphabet = string.ascii_lowercase + string.digits
+    return "".join(secrets.choice(alphabet) for _ in range(5))
