@@ -162,7 +162,7 @@ def build_pool_pod(pool: Pool, namespace: str, profile: Profile, suffix: str) ->
                 LABEL_PROFILE: profile.name,
                 LABEL_MANAGED_BY: MANAGED_BY,
             },
-            "annotations": {ANNOTATION_PROFILE_DIGEST: profile.digest},
+            "annotations": pod_annotations(profile),
         },
         "spec": _pod_spec(profile, hostname=pool.name, active_deadline_seconds=None),
     }
