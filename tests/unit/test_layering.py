@@ -86,6 +86,47 @@ def test_pure_layers_import_nothing_that_does_io_or_talks_to_a_cluster(layer: st
     assert violations == []
 
 
+# Pure modules inside a package that also does I/O, and the openblox modules each may use.
+PURE_MODULES = {
+    "agent_tools/schemas.py": ("openblox.names",),
+    "agent_tools/shaping.py": ("openblox.names", "openblox.agent_tools.schemas"),
+}
+
+
+@pytest.mark.parametrize("module", sorted(PURE_MODULES))
+def test_pure_modules_import_nothing_that_does_io_or_talks_to_a_cluster(module: str) -> None:
+    allowed = PURE_MODULES[module]
+    violations = [
+        imported
+        for imported in file_imports(PACKAGE / module)
+        if within(imported, (*FORBIDDEN, "mcp"))
+        or (within(imported, ("openblox",)) and not within(imported, allowed))
+    ]
+    assert violations == []
+
+
+def test_only_the_mcp_command_loads_the_mcp_sdk() -> None:
+    """The SDK is an extra the operator image lacks: outside agent_tools, nothing imports it
+    or agent_tools, bar `openblox mcp`'s handler, inside the function."""
+    sdk = ("mcp", "openblox.agent_tools")
+    violations = [
+        f"{path.relative_to(PACKAGE.parent)} imports {module}"
+        for path in sorted(PACKAGE.rglob("*.py"))
+        if "agent_tools" not in path.parts and path != PACKAGE / "cli" / "main.py"
+        for module in file_imports(path)
+        if within(module, sdk)
+    ]
+    cli = ast.parse((PACKAGE / "cli" / "main.py").read_text())
+    top_level = [node for node in cli.body if isinstance(node, ast.Import | ast.ImportFrom)]
+    violations += [
+        f"cli/main.py imports {module} at module level"
+        for node in top_level
+        for module in imported_modules(ast.unparse(node), "openblox.cli")
+        if within(module, sdk)
+    ]
+    assert violations == []
+
+
 def test_names_imports_only_the_standard_library_basics() -> None:
     modules = set(file_imports(PACKAGE / "names.py"))
     assert modules <= {"enum", "typing"}

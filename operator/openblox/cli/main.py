@@ -281,6 +281,40 @@ def _byte_count(text: str) -> int:
     return int(text)
 
 
+# --- the MCP server (docs/mcp.md) ----------------------------------------------------
+
+
+def cmd_mcp(args: argparse.Namespace) -> int:
+    """Serve the sandbox tools over MCP on stdin/stdout until the client hangs up."""
+    # Imported here: the SDK is the `mcp` extra, and no other command needs it.
+    from openblox.agent_tools.stdio import serve
+
+    return serve(args)
+
+
+def _add_mcp(sub: Any) -> None:
+    mcp = sub("mcp", cmd_mcp, "serve sandbox tools to an agent over MCP (stdio)")
+    mcp.add_argument("--profile", default="code-exec", help="the profile every sandbox uses")
+    mcp.add_argument(
+        "--idle-timeout",
+        type=int,
+        help="delete the sandbox after this many idle seconds (may only shorten the profile's)",
+    )
+    mcp.add_argument(
+        "--max-age", type=int, help="the sandbox's most seconds (may only shorten the profile's)"
+    )
+    mcp.add_argument(
+        "--create-timeout", type=float, default=120.0, help="seconds to wait for Ready"
+    )
+    mcp.add_argument(
+        "--preview-ttl", type=float, default=3600, help="seconds a preview link is valid"
+    )
+    mcp.add_argument("--preview-base-url", help="the preview proxy's public address")
+
+
+# --- end of the MCP server ------------------------------------------------------------
+
+
 def parser() -> argparse.ArgumentParser:
     top = argparse.ArgumentParser(prog="openblox", description=__doc__)
     top.add_argument("-n", "--namespace", help="namespace (default: the kubeconfig's)")
@@ -320,6 +354,7 @@ def parser() -> argparse.ArgumentParser:
     cp.add_argument("target")
     _add_processes(sub)
     _add_preview(sub)
+    _add_mcp(sub)
     return top
 
 
@@ -330,6 +365,9 @@ def main(argv: Sequence[str] | None = None) -> None:
             args.argv = args.argv[1:]
         if not args.argv:
             parser().error("a command to run is needed after --")
+    if args.command == "mcp":
+        # stdout is the protocol's: no client is made here, and errors go to stderr.
+        sys.exit(cmd_mcp(args))
     try:
         client = Client(args.namespace, kubeconfig=args.kubeconfig)
         sys.exit(args.handler(client, args))
