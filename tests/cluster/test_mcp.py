@@ -233,10 +233,10 @@ def deleted(kube: Kube, name: str, namespace: str) -> bool:
     return body is None or bool(body["metadata"].get("deletionTimestamp"))
 
 
-def gone_with_its_pod(kube: Kube, name: str, namespace: str) -> bool:
+def gone_with_its_pod(kube: Kube, name: str, pod: str, namespace: str) -> bool:
     """Sandbox and pod both gone: an exec can no longer reach the old pod as it stops."""
-    pod = kube.kubectl("get", "pod", name, "-n", namespace, check=False)
-    return get_sandbox(kube, name, namespace) is None and pod.returncode != 0
+    found = kube.kubectl("get", "pod", pod, "-n", namespace, check=False)
+    return get_sandbox(kube, name, namespace) is None and found.returncode != 0
 
 
 def page(host: str, path: str) -> bytes | None:
@@ -261,9 +261,12 @@ def test_a_background_server_is_reached_through_the_preview_link(
 
     async def session() -> None:
         async with server(operator, mcp_ns) as client:
-            await client.call_tool(
+            made = await client.call_tool("run_command", {"argv": ["mkdir", "-p", "site"]})
+            assert structured(made)["exit_code"] == 0
+            written = await client.call_tool(
                 "write_file", {"path": "site/index.html", "content": "<h1>from mcp</h1>"}
             )
+            assert structured(written)["path"] == "/workspace/site/index.html"
             web = structured(
                 await client.call_tool(
                     "start_process",
@@ -288,10 +291,15 @@ def test_a_background_server_is_reached_through_the_preview_link(
                 )
             )
             assert body == b"<h1>from mcp</h1>"
-            logs = structured(
-                await client.call_tool("read_process_logs", {"name": "web", "stream": "stderr"})
-            )
-            assert "GET / HTTP/1.1" in logs["data"]  # http.server logs requests on stderr
+            logs: dict[str, Any] = {}
+            for _ in range(20):  # http.server logs each request on stderr, after replying
+                logs = structured(
+                    await client.call_tool("read_process_logs", {"name": "web", "stream": "stderr"})
+                )
+                if "GET / HTTP/1.1" in logs["data"]:
+                    break
+                await anyio.sleep(0.25)
+            assert "GET / HTTP/1.1" in logs["data"], logs
             stopped = structured(await client.call_tool("stop_process", {"name": "web"}))
             assert not stopped["running"] and stopped["stopped"]
 
@@ -307,6 +315,10 @@ def test_a_killed_server_leaves_no_sandbox_past_its_idle_timeout(
     sandbox: dict[str, str] = {}
 
     async def session() -> None:
+        with anyio.fail_after(120):
+            await killed_session()
+
+    async def killed_session() -> None:
         async with server(operator, mcp_ns, "--idle-timeout", str(idle), pidfile=pidfile) as c:
             result = structured(await c.call_tool("run_python", {"code": "print(6*7)"}))
             sandbox["name"] = result["sandbox"]
@@ -346,10 +358,11 @@ def test_a_reaped_sandbox_is_a_clear_error_and_the_next_call_starts_fresh(
             first = structured(await client.call_tool("run_python", {"code": "print(1)"}))
             await client.call_tool("write_file", {"path": "keep.txt", "content": "x"})
             name = first["sandbox"]
+            pod = (get_sandbox(operator, name, mcp_ns) or {})["status"]["podName"]
             await anyio.to_thread.run_sync(
                 lambda: wait_for(
                     f"sandbox {name} to be reaped",
-                    lambda: gone_with_its_pod(operator, name, mcp_ns),
+                    lambda: gone_with_its_pod(operator, name, pod, mcp_ns),
                     timeout=idle + 45,
                     every=1,
                 )
