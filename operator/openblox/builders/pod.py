@@ -100,6 +100,9 @@ def build_pod(sandbox: Sandbox, profile: Profile) -> dict[str, Any]:
         "memory": resources.memory.text,
         "ephemeral-storage": resources.ephemeral_storage.text,
     }
+    # Only CPU may be requested below its limit (Burstable): CPU is throttled, never
+    # taken back by killing, while memory above a request is what eviction reclaims.
+    requests = {**limits, "cpu": resources.effective_cpu_request.text}
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -171,8 +174,8 @@ def build_pod(sandbox: Sandbox, profile: Profile) -> dict[str, Any]:
                         "capabilities": {"drop": ["ALL"]},
                         "seccompProfile": {"type": "RuntimeDefault"},
                     },
-                    # Requests equal limits: Guaranteed QoS, and nothing to burst into.
-                    "resources": {"requests": limits, "limits": dict(limits)},
+                    # The limits are the caps the sandbox cannot exceed, whatever it requests.
+                    "resources": {"requests": requests, "limits": limits},
                     "volumeMounts": [
                         {"name": "tmp", "mountPath": TMP_DIR},
                         {"name": "workspace", "mountPath": WORKSPACE_DIR},
