@@ -433,9 +433,11 @@ class Reconciler:
         return None
 
     def _observed_boundary(self, pod: Mapping[str, Any], state: PodState) -> Boundary | None:
-        if not state.ready:
-            return None
         uid = pod["metadata"]["uid"]
+        # The probe needs a running container, not the kubelet's report of it: the
+        # `Started` Event comes up to a relist (a second) before the pod reads Ready.
+        if not state.ready and not self.watched.has_started(uid):
+            return None
         if uid not in self._boundaries:
             node = pod["spec"].get("nodeName")
             observed = probe_boundary(

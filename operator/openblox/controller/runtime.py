@@ -5,8 +5,10 @@ from __future__ import annotations
 import os
 import socket
 import threading
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import partial
+from typing import Any
 
 from openblox.controller.events import EventRecorder
 from openblox.controller.kube import Kube
@@ -18,7 +20,9 @@ from openblox.controller.reaper import Reaper
 from openblox.controller.reconcile import Reconciler, Settings
 from openblox.controller.requeue import Requeue
 from openblox.controller.sandbox_cache import SandboxCache
+from openblox.controller.started_watch import StartedWatcher
 from openblox.controller.watched import Watched
+from openblox.names import KIND
 
 # Sandboxes are not reconciled before the profiles are known: an early reconcile would
 # report ProfileNotFound for a profile that exists.
@@ -34,6 +38,7 @@ class Runtime:
     reaper: Reaper
     profile_watcher: ProfileWatcher
     watched: Watched
+    started_watcher: StartedWatcher
     stop: threading.Event = field(default_factory=threading.Event)
     threads: list[threading.Thread] = field(default_factory=list)
 
@@ -63,11 +68,20 @@ class Runtime:
             lease=Lease(kube, "openblox-reaper", identity),
         )
         watcher = ProfileWatcher(kube, profiles, events, on_change=reaper.request_resync)
-        return cls(kube, profiles, cache, reconciler, reaper, watcher, watched)
+
+        def probe_started(namespace: str, pod: str) -> None:
+            owner = _controller_name(watched.pod(namespace, pod))
+            sandbox = cache.get(namespace, owner) if owner else None
+            if sandbox is not None:
+                reconciler.reconcile(sandbox, "started")
+
+        started = StartedWatcher(kube, watched, on_started=probe_started)
+        return cls(kube, profiles, cache, reconciler, reaper, watcher, watched, started)
 
     def start(self) -> None:
         loops = (
             ("profiles", self.profile_watcher.run),
+            ("started", self.started_watcher.run),
             ("reaper", self.reaper.run),
             ("peering", partial(keep_peering, self.kube)),
         )
@@ -81,3 +95,11 @@ class Runtime:
         self.stop.set()
         for thread in self.threads:
             thread.join(timeout=5)
+
+
+def _controller_name(pod: Mapping[str, Any] | None) -> str | None:
+    """The name of the Sandbox that controls a slim pod, if any."""
+    for reference in (pod or {}).get("metadata", {}).get("ownerReferences") or []:
+        if reference.get("kind") == KIND and reference.get("controller") is True:
+            return str(reference.get("name"))
+    return None
