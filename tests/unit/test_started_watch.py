@@ -95,3 +95,33 @@ def test_the_probe_runs_once_the_container_started_and_ready_waits_for_the_pod(
     reconciler.reconcile(latest, "pod")
     assert probes == [f"team-a/{name}"]  # the verdict is kept for the pod's lifetime
     assert _ready(cache) == ("True", "Ready")
+
+
+def test_an_early_probe_that_fails_decides_nothing_and_the_ready_pod_is_probed_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    answers: list[str | Exception] = [ConnectionError("container not running yet"), "gvisor"]
+
+    def probe(_kube: object, _namespace: str, _pod: str, _node: str) -> str:
+        answer = answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    monkeypatch.setattr(reconcile, "probe_boundary", probe)
+    kube, reconciler, watched, cache = _watched_operator()
+    kube.objects["/api/v1/nodes/node-1"] = {"status": {"nodeInfo": {"kernelVersion": "6.1"}}}
+    sandbox = _cached(cache)
+    name = pod_name(sandbox)
+    watched.pod_seen(_pod(name, ready=False))
+    started_pod(_started(name), watched)
+
+    reconciler.reconcile(sandbox, "started")  # no exception escapes: it decided nothing
+    assert _ready(cache) == ("False", "PodPending")
+
+    watched.pod_seen(_pod(name, ready=True))
+    latest = cache.get("team-a", "demo")
+    assert latest is not None
+    reconciler.reconcile(latest, "pod")
+    assert answers == []
+    assert _ready(cache) == ("True", "Ready")

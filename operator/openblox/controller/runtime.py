@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 import threading
@@ -23,6 +24,8 @@ from openblox.controller.sandbox_cache import SandboxCache
 from openblox.controller.started_watch import StartedWatcher
 from openblox.controller.watched import Watched
 from openblox.names import KIND
+
+log = logging.getLogger(__name__)
 
 # Sandboxes are not reconciled before the profiles are known: an early reconcile would
 # report ProfileNotFound for a profile that exists.
@@ -72,8 +75,13 @@ class Runtime:
         def probe_started(namespace: str, pod: str) -> None:
             owner = _controller_name(watched.pod(namespace, pod))
             sandbox = cache.get(namespace, owner) if owner else None
-            if sandbox is not None:
+            if sandbox is None:
+                return
+            try:
                 reconciler.reconcile(sandbox, "started")
+            except Exception:
+                # Counted and requeued by the reconcile; said here, not lost in a future.
+                log.exception("reconcile of %s/%s failed", namespace, sandbox.name)
 
         started = StartedWatcher(kube, watched, on_started=probe_started)
         return cls(kube, profiles, cache, reconciler, reaper, watcher, watched, started)
