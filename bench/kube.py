@@ -685,6 +685,7 @@ def pod_memory(pods: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
                     cgroup = cgroup.parent
                 break
         memory["cgroup"] = procs.cgroup_memory(cgroup) if cgroup else {}
+        memory["pids"] = pids
         per_pod[name] = memory
     return per_pod
 

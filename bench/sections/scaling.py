@@ -20,7 +20,7 @@ import time
 from typing import Any
 
 from bench import docker as docker_mod
-from bench import env
+from bench import env, memory_parts
 from bench.kube import (
     IDLE_PROFILE,
     SMALL_PROFILE,
@@ -114,9 +114,11 @@ def baselines(ctx: Any, memory: Section, count: int) -> dict[str, list[float]]:
         time.sleep(ctx.seconds(5.0, 1.0))
         from bench import procs
 
-        found["docker_runsc"] = [
-            procs.memory_of(docker_mod.container_pids(name, docker))["pss"] / MIB for name in names
-        ]
+        trees = [docker_mod.container_pids(name, docker) for name in names]
+        found["docker_runsc"] = [procs.memory_of(pids)["pss"] / MIB for pids in trees]
+        ctx.shared["memory_parts_docker"] = memory_parts.mean(
+            [memory_parts.breakdown(pids) for pids in trees]
+        )
     finally:
         with contextlib.suppress(RuntimeError):
             docker.run("rm", "-f", *names, timeout=300)
@@ -273,6 +275,8 @@ def run(ctx: Any, *sections: Section) -> None:
 
     if memory:
         record_memory(memory, points, memory_points, base)
+        docker_parts = ctx.shared.get("memory_parts_docker") or {}
+        record_parts(memory, points, memory_points, docker_parts, len(base.get("docker_runsc", [])))
     if scaling:
         record_scaling(
             scaling, ramp, points, operator_start, stopped, live, ramp_seconds, teardown, target
@@ -298,6 +302,7 @@ def measure(
     requests_after = flows.read()
     elapsed = last["at"] - first["at"]
     per_pod = _memory_snapshot(ramp.namespace, set(ramp.live))
+    parts = memory_parts.mean([memory_parts.breakdown(m["pids"]) for m in per_pod.values()])
     pss = [m["pss"] / MIB for m in per_pod.values()]
     working = [m["cgroup"].get("working_set", 0) / MIB for m in per_pod.values()]
     rss = [m["rss"] / MIB for m in per_pod.values()]
@@ -310,6 +315,7 @@ def measure(
         "rss": rss,
         "working_set": working,
         "pss_mean_mib": statistics.fmean(pss) if pss else 0.0,
+        "parts": parts,
         "available_gib": available / 2**30,
         "available_drop_per_sandbox_mib": (available_start - available) / MIB / live,
         "operator_rss_mib": last["rss"] / MIB,
@@ -423,6 +429,25 @@ def record_memory(
         "working set counts the Sentry's memory file (guest memory, tmpfs) but not the "
         "shims, which run outside the pod cgroup."
     )
+
+
+def record_parts(
+    memory: Section,
+    points: list[dict[str, Any]],
+    wanted: list[int],
+    docker: dict[str, dict[str, float]],
+    docker_count: int,
+) -> None:
+    """Per process role, what one idle Sandbox and one docker runsc container cost."""
+    for point in points:
+        if point["live"] not in wanted or point["live"] == 1:
+            continue  # with one running, the runsc binary's pages are shared with no one
+        memory.table(
+            f"Where the memory of one idle Sandbox goes, {point['live']} running, against one "
+            f"docker runsc container ({docker_count} running)",
+            memory_parts.HEADER,
+            memory_parts.table_rows(point["parts"], docker),
+        )
 
 
 def record_scaling(  # noqa: PLR0917

@@ -104,6 +104,8 @@ class NodeRoom:
     requested: Requests
     holders: tuple[tuple[str, Requests], ...]
     """The pods holding the requests, largest first ("namespace/name")."""
+    pods_free: int = 1 << 30
+    """Pods the node may still run (its allocatable ``pods`` less the pods bound to it)."""
 
     @property
     def free(self) -> Requests:
@@ -116,14 +118,15 @@ class NodeRoom:
             counts.append(max(0, free.cpu_millis) // each.cpu_millis)
         if each.memory_bytes:
             counts.append(max(0, free.memory_bytes) // each.memory_bytes)
-        return min(counts) if counts else 1 << 30
+        return min([*counts, max(0, self.pods_free)])
 
     def describe(self) -> str:
         holders = ", ".join(f"{name} {held}" for name, held in self.holders[:12])
         more = len(self.holders) - 12
         return (
             f"node {self.node}: allocatable {self.allocatable}, requested {self.requested}, "
-            f"free {self.free}; held by {holders}{f' and {more} more' if more > 0 else ''}"
+            f"free {self.free}, room for {self.pods_free} more pods; "
+            f"held by {holders}{f' and {more} more' if more > 0 else ''}"
         )
 
 
@@ -163,24 +166,36 @@ def node_rooms(kube: Kube) -> list[NodeRoom]:
         )
         requested = sum((held for _, held in holders), Requests())
         allocatable = _resource_list((node.get("status") or {}).get("allocatable"))
-        rooms.append(NodeRoom(name, allocatable, requested, tuple(holders)))
+        pods_allowed = (node.get("status") or {}).get("allocatable", {}).get("pods")
+        pods_free = int(pods_allowed) - len(on_node) if pods_allowed is not None else 1 << 30
+        rooms.append(NodeRoom(name, allocatable, requested, tuple(holders), pods_free))
     return rooms
 
 
-def _fit(rooms: Iterable[NodeRoom], each: Requests) -> int:
-    return sum(room.how_many(each) for room in rooms)
+def _fit(rooms: Iterable[NodeRoom], each: Requests, *, one_node: bool = False) -> int:
+    counts = [room.how_many(each) for room in rooms]
+    if one_node:
+        return max(counts, default=0)
+    return sum(counts)
 
 
 def require_room(
-    kube: Kube, each: Requests, count: int, what: str, *, patience: float = 120.0
+    kube: Kube,
+    each: Requests,
+    count: int,
+    what: str,
+    *,
+    patience: float = 120.0,
+    one_node: bool = False,
 ) -> None:
     """Fail the test, saying what is short and who holds it, unless ``count`` pods of
-    ``each`` fit on the nodes. Waits up to ``patience`` seconds first: the pods of an
-    earlier test, still shutting down, hold their requests until they are gone."""
+    ``each`` fit on the nodes (with ``one_node``, all on one node). Waits up to
+    ``patience`` seconds first: the pods of an earlier test, still shutting down, hold
+    their requests until they are gone."""
     deadline = time.monotonic() + patience
     while True:
         rooms = node_rooms(kube)
-        fitting = _fit(rooms, each)
+        fitting = _fit(rooms, each, one_node=one_node)
         if fitting >= count:
             return
         if time.monotonic() > deadline:
@@ -194,8 +209,11 @@ def require_room(
     )
 
 
-def require_sandbox_room(kube: Kube, profile_name: str, count: int = 1) -> Requests:
+def require_sandbox_room(
+    kube: Kube, profile_name: str, count: int = 1, *, one_node: bool = False
+) -> Requests:
     """``require_room`` for ``count`` Sandboxes of a profile; returns what one needs."""
     each = sandbox_requests(kube, profile_name)
-    require_room(kube, each, count, f"{count} Sandbox(es) of profile {profile_name}")
+    what = f"{count} Sandbox(es) of profile {profile_name}"
+    require_room(kube, each, count, what + (" on one node" if one_node else ""), one_node=one_node)
     return each

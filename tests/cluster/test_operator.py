@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from openblox.models import parse_quantity
 from tests.cluster.capacity import require_sandbox_room
 from tests.cluster.kube import Kube
 from tests.cluster.sandboxes import (
@@ -74,7 +75,11 @@ def test_a_sandbox_becomes_exactly_one_hardened_gvisor_pod(
     assert security["readOnlyRootFilesystem"] is True
     assert security["allowPrivilegeEscalation"] is False
     assert security["capabilities"]["drop"] == ["ALL"]
-    assert container["resources"]["limits"] == container["resources"]["requests"]
+    requests, limits = container["resources"]["requests"], container["resources"]["limits"]
+    # Burstable on CPU only: every limit is set, and memory is requested at its limit.
+    assert set(limits) == {"cpu", "memory", "ephemeral-storage"}
+    assert requests["memory"] == limits["memory"]
+    assert parse_quantity(requests["cpu"]) <= parse_quantity(limits["cpu"])
 
     # Pod Security `restricted` is enforced on the namespace, and the pod passed it.
     labels = operator.get("namespace", sandboxes_ns)["metadata"]["labels"]
@@ -234,7 +239,14 @@ def test_the_scheduler_may_preempt_a_sandbox_pod_but_an_admin_may_not_delete_it(
     assert refused.returncode != 0
     assert "managed by the openblox operator only" in refused.stderr
     operator.kubectl(*dry_run, "--as=system:kube-scheduler")
-    assert "deletionTimestamp" not in operator.get("pod", victim, sandboxes_ns)["metadata"]
+    pod = operator.get("pod", victim, sandboxes_ns)
+    assert "deletionTimestamp" not in pod["metadata"]
+    # A Burstable sandbox still ranks below the control plane: the scheduler picks it
+    # as a victim, never the operator or the preview proxy.
+    assert pod["status"]["qosClass"] == "Burstable"
+    control_plane = operator.get("priorityclass", "openblox-control-plane")
+    assert pod["spec"].get("priority", 0) < control_plane["value"]
+    assert control_plane["preemptionPolicy"] == "PreemptLowerPriority"
 
 
 def test_broken_profiles_are_refused_and_nothing_is_lost(operator: Kube, sandboxes_ns: str) -> None:

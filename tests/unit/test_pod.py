@@ -82,6 +82,18 @@ def test_the_profile_shapes_the_pod() -> None:
     ]
 
 
+def test_a_cpu_request_below_the_limit_lowers_only_the_cpu_request() -> None:
+    profile = parse_profile(
+        "dense", "image: i\nresources: {cpu: 500m, cpuRequest: 50m, memory: 512Mi}\n"
+    )
+
+    resources = container(build_pod(make_sandbox(), profile))["resources"]
+
+    assert resources["limits"] == {"cpu": "500m", "memory": "512Mi", "ephemeral-storage": "64Mi"}
+    # Memory is still requested at its limit: eviction never ranks a sandbox as over it.
+    assert resources["requests"] == {**resources["limits"], "cpu": "50m"}
+
+
 def test_max_age_is_enforced_by_the_kubelet_too() -> None:
     assert build_pod(make_sandbox(), default_profile())["spec"]["activeDeadlineSeconds"] == 3600
     shortened = make_sandbox(spec={"maxAgeSeconds": 60})

@@ -95,6 +95,24 @@ def test_numeric_quantities_keep_a_usable_text_for_the_pod() -> None:
     assert profile.resources.memory == Quantity("1073741824", 1024 * MI)
 
 
+def test_cpu_is_requested_at_its_limit_unless_the_profile_asks_for_less() -> None:
+    guaranteed = parse_profile("p", "image: i\nresources: {cpu: 500m}\n").resources
+    burstable = parse_profile("p", "image: i\nresources: {cpu: 500m, cpuRequest: 50m}\n")
+
+    assert guaranteed.cpu_request is None
+    assert guaranteed.effective_cpu_request == Quantity("500m", 500)
+    assert burstable.resources.cpu == Quantity("500m", 500)
+    assert burstable.resources.effective_cpu_request == Quantity("50m", 50)
+    assert burstable.to_dict()["resources"]["cpuRequest"] == "50m"
+    assert parse_profile("p", yaml.safe_dump(burstable.to_dict())) == burstable
+
+
+def test_a_cpu_request_equal_to_the_limit_is_the_default_spelled_out() -> None:
+    spelled_out = parse_profile("p", "image: i\nresources: {cpu: 500m, cpuRequest: 500m}\n")
+
+    assert spelled_out == parse_profile("p", "image: i\nresources: {cpu: 500m}\n")
+
+
 def test_an_unsafe_profile_may_name_an_unapproved_runtime_and_claims_no_boundary() -> None:
     profile = parse_profile("debug", "image: i\nruntimeClassName: runc\nunsafe: true\n")
 
@@ -149,6 +167,7 @@ class TestDigest:
             "user: 1001",
             "resources: {memory: 1Gi}",
             "resources: {cpu: 1000m}",
+            "resources: {cpuRequest: 100m}",
             "exec: {outputBytes: 10}",
             "lifetime: {maxAgeSeconds: 60}",
             "namespaces: {names: [a]}",

@@ -35,7 +35,7 @@ BAD_PROFILES = {
     "unknown nested field": (
         "image: i\nresources: {memroy: 1Gi}\n",
         'unknown field "resources.memroy"; did you mean "memory"? (known fields in '
-        "resources: cpu, memory, scratch, processes, ephemeralStorage)",
+        "resources: cpu, cpuRequest, memory, scratch, processes, ephemeralStorage)",
     ),
     "unknown field two levels down": (
         "image: i\nnamespaces: {selector: {matchExpressions: []}}\n",
@@ -107,6 +107,35 @@ BAD_PROFILES = {
     "zero cpu": (
         "image: i\nresources: {cpu: '0'}\n",
         "resources.cpu must be greater than zero, got 0",
+    ),
+    "cpu request above its limit": (
+        "image: i\nresources: {cpu: 500m, cpuRequest: 600m}\n",
+        "resources.cpuRequest 600m is above resources.cpu 500m: a request can be at most "
+        "the limit (leave cpuRequest out to make them equal)",
+    ),
+    "cpu request above the default limit": (
+        "image: i\nresources: {cpuRequest: 2}\n",
+        "resources.cpuRequest 2 is above resources.cpu 1",
+    ),
+    "negative cpu request": (
+        "image: i\nresources: {cpu: 500m, cpuRequest: -50m}\n",
+        "resources.cpuRequest must be greater than zero, got -50m",
+    ),
+    "zero cpu request": (
+        "image: i\nresources: {cpu: 500m, cpuRequest: 0}\n",
+        "resources.cpuRequest must be greater than zero, got 0",
+    ),
+    "cpu request that is not a quantity": (
+        "image: i\nresources: {cpu: 500m, cpuRequest: half}\n",
+        'resources.cpuRequest: "half" is not a Kubernetes quantity',
+    ),
+    "cpu request as a mapping": (
+        "image: i\nresources: {cpu: 500m, cpuRequest: {min: 50m}}\n",
+        "resources.cpuRequest must be a quantity such as 512Mi, got a mapping",
+    ),
+    "sub-millicore cpu request": (
+        "image: i\nresources: {cpu: 500m, cpuRequest: 0.0005}\n",
+        "resources.cpuRequest 0.0005 is finer than one millicore (1m)",
     ),
     "negative memory": (
         "image: i\nresources: {memory: -1Gi}\n",

@@ -201,6 +201,9 @@ def _pod_spec(
         "memory": resources.memory.text,
         "ephemeral-storage": resources.ephemeral_storage.text,
     }
+    # Only CPU may be requested below its limit (Burstable): CPU is throttled, never
+    # taken back by killing, while memory above a request is what eviction reclaims.
+    requests = {**limits, "cpu": resources.effective_cpu_request.text}
     spec: dict[str, Any] = {
         "runtimeClassName": profile.runtime_class_name,
         "restartPolicy": "Never",
@@ -242,7 +245,7 @@ def _pod_spec(
                 "supplementalGroups": [],
                 "seccompProfile": _seccomp_profile(),
             },
-            "containers": [_container(profile, limits)],
+            "containers": [_container(profile, limits, requests)],
             # Memory-backed, so scratch space is charged to the memory limit, not node disk.
             "volumes": [
                 _memory_volume("tmp", resources.scratch.text),
@@ -254,7 +257,9 @@ def _pod_spec(
     return spec
 
 
-def _container(profile: Profile, limits: Mapping[str, str]) -> dict[str, Any]:
+def _container(
+    profile: Profile, limits: Mapping[str, str], requests: Mapping[str, str]
+) -> dict[str, Any]:
     return {
         "name": CONTAINER_NAME,
         "image": profile.image,
@@ -277,8 +282,8 @@ def _container(profile: Profile, limits: Mapping[str, str]) -> dict[str, Any]:
             "capabilities": {"drop": ["ALL"]},
             "seccompProfile": _seccomp_profile(),
         },
-        # Requests equal limits: Guaranteed QoS, and nothing to burst into.
-        "resources": {"requests": dict(limits), "limits": dict(limits)},
+        # The limits are the caps the sandbox cannot exceed, whatever it requests.
+        "resources": {"requests": dict(requests), "limits": dict(limits)},
         "volumeMounts": [
             {"name": "tmp", "mountPath": TMP_DIR},
             {"name": "workspace", "mountPath": WORKSPACE_DIR},

@@ -400,9 +400,12 @@ class Reconciler:
         return None
 
     def observed_boundary(self, pod: Mapping[str, Any], state: PodState) -> Boundary | None:
-        if not state.ready:
-            return None
         uid = pod["metadata"]["uid"]
+        # The probe needs a running container, not the kubelet's report of it: the
+        # `Started` Event comes up to a relist (a second) before the pod reads Ready.
+        early = not state.ready
+        if early and not self.watched.has_started(uid):
+            return None
         recorded = (pod["metadata"].get("annotations") or {}).get(ANNOTATION_BOUNDARY)
         if uid not in self._boundaries and recorded in ("gvisor", "kata"):
             # A warm pod's probe ran before its hand-out, perhaps in an earlier operator;
@@ -410,13 +413,22 @@ class Reconciler:
             self._boundaries[uid] = recorded
         if uid not in self._boundaries:
             node = pod["spec"].get("nodeName")
-            observed = probe_boundary(
-                self._kube,
-                pod["metadata"]["namespace"],
-                pod["metadata"]["name"],
-                self._node_kernel(node),
-            )
+            try:
+                observed = probe_boundary(
+                    self._kube,
+                    pod["metadata"]["namespace"],
+                    pod["metadata"]["name"],
+                    self._node_kernel(node),
+                )
+            except Exception:
+                if not early:
+                    raise
+                observed = None
             if observed is None:
+                if early:
+                    # Decides nothing; the pod's Ready brings the probe again.
+                    log.info("early boundary probe of %s undecided", pod["metadata"]["name"])
+                    return None
                 # Inconclusive: probed again shortly.
                 self.requeue.after(
                     (pod["metadata"]["namespace"], pod["metadata"]["name"]), PROBE_RETRY_SECONDS

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 import threading
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import partial
+from typing import Any
 
 from openblox.controller.events import EventRecorder
 from openblox.controller.kube import Kube
@@ -21,7 +24,11 @@ from openblox.controller.reaper import Reaper
 from openblox.controller.reconcile import Reconciler, Settings
 from openblox.controller.requeue import Requeue
 from openblox.controller.sandbox_cache import SandboxCache
+from openblox.controller.started_watch import StartedWatcher
 from openblox.controller.watched import Watched
+from openblox.names import KIND
+
+log = logging.getLogger(__name__)
 
 # Sandboxes are not reconciled before the profiles are known: an early reconcile would
 # report ProfileNotFound for a profile that exists.
@@ -39,6 +46,7 @@ class Runtime:
     watched: Watched
     pools: PoolStore
     pool_keeper: PoolKeeper
+    started_watcher: StartedWatcher
     stop: threading.Event = field(default_factory=threading.Event)
     threads: list[threading.Thread] = field(default_factory=list)
 
@@ -72,11 +80,27 @@ class Runtime:
             keeper.nudge()
 
         watcher = ProfileWatcher(kube, profiles, events, on_change=profiles_changed)
-        return cls(kube, profiles, cache, reconciler, reaper, watcher, watched, pools, keeper)
+
+        def probe_started(namespace: str, pod: str) -> None:
+            owner = _controller_name(watched.pod(namespace, pod))
+            sandbox = cache.get(namespace, owner) if owner else None
+            if sandbox is None:
+                return
+            try:
+                reconciler.reconcile(sandbox, "started")
+            except Exception:
+                # Counted and requeued by the reconcile; said here, not lost in a future.
+                log.exception("reconcile of %s/%s failed", namespace, sandbox.name)
+
+        started = StartedWatcher(kube, watched, on_started=probe_started)
+        return cls(
+            kube, profiles, cache, reconciler, reaper, watcher, watched, pools, keeper, started
+        )
 
     def start(self) -> None:
         loops = (
             ("profiles", self.profile_watcher.run),
+            ("started", self.started_watcher.run),
             ("reaper", self.reaper.run),
             ("pools", self.pools.run),
             ("pool-keeper", self.pool_keeper.run),
@@ -92,3 +116,11 @@ class Runtime:
         self.stop.set()
         for thread in self.threads:
             thread.join(timeout=5)
+
+
+def _controller_name(pod: Mapping[str, Any] | None) -> str | None:
+    """The name of the Sandbox that controls a slim pod, if any."""
+    for reference in (pod or {}).get("metadata", {}).get("ownerReferences") or []:
+        if reference.get("kind") == KIND and reference.get("controller") is True:
+            return str(reference.get("name"))
+    return None

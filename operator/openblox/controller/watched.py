@@ -107,6 +107,8 @@ class Watched:
         self._runtime_classes = _Known(clock)
         self._policies = _Known(clock)
         self._pods: dict[tuple[str, str], dict[str, Any]] = {}
+        # Uids of sandbox pods whose container the kubelet has reported started.
+        self._started: set[str] = set()
 
     # Namespaces ------------------------------------------------------------
 
@@ -185,6 +187,7 @@ class Watched:
             current = self._pods.get((namespace, name))
             if current is not None and (uid is None or current["metadata"].get("uid") == uid):
                 del self._pods[(namespace, name)]
+                self._started.discard(current["metadata"].get("uid"))
 
     def pod(self, namespace: str, name: str) -> dict[str, Any] | None:
         with self._lock:
@@ -211,6 +214,15 @@ class Watched:
     def pod_count(self) -> int:
         with self._lock:
             return len(self._pods)
+
+    def container_started(self, uid: str) -> None:
+        with self._lock:
+            self._started.add(uid)
+
+    def has_started(self, uid: str) -> bool:
+        """Whether the kubelet reported the pod's container started (before it says Ready)."""
+        with self._lock:
+            return uid in self._started
 
 
 def _controller_uid(pod: Mapping[str, Any]) -> str | None:

@@ -107,7 +107,9 @@ _DEFAULT_EPHEMERAL_STORAGE = Quantity("64Mi", 64 * _MI)
 @dataclass(frozen=True, slots=True)
 class Resources:
     cpu: Quantity = _DEFAULT_CPU
-    """CPU limit, value in millicores."""
+    """CPU limit, value in millicores: the CFS quota the sandbox can never exceed."""
+    cpu_request: Quantity | None = None
+    """CPU the scheduler reserves, at most the limit; None means equal to it (Guaranteed)."""
     memory: Quantity = _DEFAULT_MEMORY
     """Memory limit in bytes; the memory-backed scratch volumes are drawn from it."""
     scratch: Quantity = _DEFAULT_SCRATCH
@@ -116,6 +118,11 @@ class Resources:
     """Node disk for the container's logs and writable layer, in bytes."""
     processes: int = 256
     """Most processes (threads included) the sandbox may run at once."""
+
+    @property
+    def effective_cpu_request(self) -> Quantity:
+        """The CPU request the pod carries: below the limit makes the pod Burstable."""
+        return self.cpu if self.cpu_request is None else self.cpu_request
 
     @property
     def memory_backed_bytes(self) -> int:
@@ -216,6 +223,7 @@ class Profile:
             "group": self.group,
             "resources": {
                 "cpu": resources.cpu.text,
+                "cpuRequest": resources.effective_cpu_request.text,
                 "memory": resources.memory.text,
                 "scratch": resources.scratch.text,
                 "processes": resources.processes,
@@ -408,7 +416,7 @@ _PROFILE_FIELDS = (
     "lifetime",
     "namespaces",
 )
-_RESOURCES_FIELDS = ("cpu", "memory", "scratch", "processes", "ephemeralStorage")
+_RESOURCES_FIELDS = ("cpu", "cpuRequest", "memory", "scratch", "processes", "ephemeralStorage")
 _EXEC_FIELDS = ("timeoutSeconds", "outputBytes")
 _LIFETIME_FIELDS = ("idleTimeoutSeconds", "maxAgeSeconds")
 _NAMESPACES_FIELDS = ("names", "selector")
@@ -537,8 +545,10 @@ def _command(document: _Section) -> tuple[str, ...]:
 def _resources(section: _Section | None) -> Resources:
     if section is None:
         return _DEFAULT_RESOURCES
+    cpu = section.millicores_quantity("cpu", _DEFAULT_CPU)
     resources = Resources(
-        cpu=section.millicores_quantity("cpu", _DEFAULT_CPU),
+        cpu=cpu,
+        cpu_request=_cpu_request(section, cpu),
         memory=section.bytes_quantity("memory", _DEFAULT_MEMORY),
         scratch=section.bytes_quantity("scratch", _DEFAULT_SCRATCH),
         ephemeral_storage=section.bytes_quantity("ephemeralStorage", _DEFAULT_EPHEMERAL_STORAGE),
@@ -553,6 +563,19 @@ def _resources(section: _Section | None) -> Resources:
             f"so memory must be more than 2 x scratch + {STATE_VOLUME_SIZE.text}"
         )
     return resources
+
+
+def _cpu_request(section: _Section, limit: Quantity) -> Quantity | None:
+    if not section.has("cpuRequest"):
+        return None
+    request = section.millicores_quantity("cpuRequest", limit)
+    if request.value > limit.value:
+        raise _Invalid(
+            f"resources.cpuRequest {request.text} is above resources.cpu {limit.text}: "
+            "a request can be at most the limit (leave cpuRequest out to make them equal)"
+        )
+    # Written out equal to the limit is the default spelled out: one profile, one value.
+    return None if request == limit else request
 
 
 def _exec_limits(section: _Section | None) -> ExecLimits:

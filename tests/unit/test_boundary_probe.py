@@ -1,0 +1,58 @@
+"""The probe script the operator runs in a pod: it starts dmesg only when the kernel log
+could change the verdict, so a gVisor pod pays for one program (sh), not two."""
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from openblox.controller.boundary import probe_script
+from openblox.models.boundary import classify_boundary
+
+NODE = "6.18.44-fc-v669"
+KERNEL_LOG = "[    0.000000] Linux version 6.1.62 (guest)"
+
+
+def _run(tmp_path: Path, proc_version: str) -> str:
+    version = tmp_path / "version"
+    version.write_text(proc_version + "\n")
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    dmesg = fake / "dmesg"
+    dmesg.write_text(f"#!/bin/sh\necho '{KERNEL_LOG}'\n")
+    dmesg.chmod(0o755)
+    return subprocess.run(
+        ["/bin/sh", "-c", probe_script(str(version))],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={"PATH": str(fake)},
+    ).stdout
+
+
+def _verdict(output: str) -> str | None:
+    release, _, rest = output.partition("---")
+    version, _, kernel_log = rest.partition("---")
+    return classify_boundary(release, kernel_log, NODE, version)
+
+
+@pytest.mark.parametrize(
+    ("proc_version", "reads_the_log", "verdict"),
+    [
+        ("Linux version 4.19.0-gvisor #1 SMP Sun Jan 10 15:06:54 PST 2016", False, "gvisor"),
+        ("Linux version 4.4.0 #1 SMP gVisor", False, "gvisor"),
+        # A release that does not name gVisor: only the kernel log can tell Kata from a
+        # gVisor that hides its name, so dmesg runs, as it always did.
+        ("Linux version 6.1.62 #1 SMP", True, "kata"),
+        (f"Linux version {NODE} #1 SMP", True, "none"),
+    ],
+)
+def test_dmesg_runs_only_when_the_log_can_change_the_verdict(
+    tmp_path: Path, proc_version: str, reads_the_log: bool, verdict: str
+) -> None:
+    output = _run(tmp_path, proc_version)
+
+    assert (KERNEL_LOG in output) is reads_the_log
+    assert _verdict(output) == verdict
+    # The verdict is the one the full probe (log always read) gives.
+    assert _verdict(output if reads_the_log else output + KERNEL_LOG) == verdict
