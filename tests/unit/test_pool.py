@@ -8,6 +8,7 @@ from fractions import Fraction
 import pytest
 
 from openblox.builders.pod import build_pod, build_pool_pod, claim_patch, pool_pod_name
+from openblox.models import parse_profile
 from openblox.models.pool import MAX_POOL_SIZE, Pool, PoolError, parse_pool, parse_pools
 from openblox.pool.plan import (
     PoolPod,
@@ -103,6 +104,17 @@ def test_a_pool_pod_has_the_cold_pods_spec_and_digest_but_no_owner_and_no_deadli
     }
     assert differing == {"activeDeadlineSeconds", "hostname"}
     assert "activeDeadlineSeconds" not in warm["spec"]
+
+
+def test_a_pool_pod_requests_the_cpu_a_cold_pod_of_its_profile_requests() -> None:
+    profile = parse_profile(
+        "code-exec", "image: i\nresources: {cpu: 500m, cpuRequest: 50m, memory: 512Mi}\n"
+    )
+    cold = build_pod(make_sandbox(), profile)["spec"]["containers"][0]["resources"]
+    warm = build_pool_pod(POOL, "team-a", profile, "abcde")["spec"]["containers"][0]["resources"]
+    assert warm == cold
+    assert warm["requests"]["cpu"] == "50m"
+    assert warm["limits"]["cpu"] == "500m"
 
 
 def test_the_claim_patch_is_conditional_and_starts_the_lifetime_at_the_hand_out() -> None:
