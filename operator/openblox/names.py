@@ -16,6 +16,9 @@ PLURAL: Final = "sandboxes"
 OPERATOR_NAMESPACE: Final = "openblox-system"
 PROFILES_CONFIGMAP: Final = "openblox-profiles"
 FIELD_MANAGER: Final = "openblox-operator"
+# The coordination.k8s.io Lease in OPERATOR_NAMESPACE whose holder is the one replica
+# that writes (reconciles, reaps, publishes); the others stand by with warm caches.
+LEADER_LEASE: Final = "openblox-operator"
 
 LABEL_SANDBOX: Final = "openblox.sh/sandbox"
 LABEL_PROFILE: Final = "openblox.sh/profile"

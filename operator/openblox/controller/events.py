@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
+from openblox.controller.election import NotLeader
 from openblox.controller.kube import Kube, path
 from openblox.names import FIELD_MANAGER
 
@@ -60,7 +61,11 @@ class EventRecorder:
         }
         try:
             self._kube.post(path(plural="events", namespace=namespace), body)
-        except Exception:  # an Event is best-effort: never fail a reconcile over one
+        except Exception as error:  # an Event is best-effort: never fail a reconcile over one
+            with self._lock:
+                self._seen.pop(key, None)  # not written: it may be written next time
+            if isinstance(error, NotLeader):
+                return  # a standby writes nothing; the holder records it
             log.warning(
                 "could not record event %s on %s", reason, metadata.get("name"), exc_info=True
             )

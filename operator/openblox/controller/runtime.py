@@ -6,19 +6,18 @@ import os
 import socket
 import threading
 from dataclasses import dataclass, field
-from functools import partial
 
+from openblox.controller.election import Election
 from openblox.controller.events import EventRecorder
 from openblox.controller.kube import Kube
-from openblox.controller.lease import Lease
-from openblox.controller.peering import keep_peering
 from openblox.controller.profile_store import ProfileStore
 from openblox.controller.profile_watch import ProfileWatcher
 from openblox.controller.reaper import Reaper
 from openblox.controller.reconcile import Reconciler, Settings
-from openblox.controller.requeue import Requeue
+from openblox.controller.requeue import Deadlines, Requeue
 from openblox.controller.sandbox_cache import SandboxCache
 from openblox.controller.watched import Watched
+from openblox.names import LEADER_LEASE
 
 # Sandboxes are not reconciled before the profiles are known: an early reconcile would
 # report ProfileNotFound for a profile that exists.
@@ -34,13 +33,18 @@ class Runtime:
     reaper: Reaper
     profile_watcher: ProfileWatcher
     watched: Watched
+    election: Election
     stop: threading.Event = field(default_factory=threading.Event)
     threads: list[threading.Thread] = field(default_factory=list)
 
     @classmethod
     def build(cls) -> Runtime:
-        kube = Kube.connect()
+        unfenced = Kube.connect()
         identity = os.environ.get("POD_NAME") or socket.gethostname()
+        election = Election(unfenced, LEADER_LEASE, identity)
+        # Everything but the election writes through this client: nothing leaves a
+        # replica that does not hold the Lease.
+        kube = unfenced.guarded(election.fence)
         profiles = ProfileStore()
         cache = SandboxCache()
         events = EventRecorder(kube, identity)
@@ -53,23 +57,24 @@ class Runtime:
             watched=watched,
             cache=cache,
             requeue=Requeue(),
+            deadlines=Deadlines(),
         )
-        reaper = Reaper(
+        reaper = Reaper(kube, cache, profiles, reconciler, events=events, election=election)
+        watcher = ProfileWatcher(
             kube,
-            cache,
             profiles,
-            reconciler,
-            events=events,
-            lease=Lease(kube, "openblox-reaper", identity),
+            events,
+            on_change=reaper.request_resync,
+            leading=lambda: election.leading,
         )
-        watcher = ProfileWatcher(kube, profiles, events, on_change=reaper.request_resync)
-        return cls(kube, profiles, cache, reconciler, reaper, watcher, watched)
+        reaper.on_takeover = watcher.take_over
+        return cls(kube, profiles, cache, reconciler, reaper, watcher, watched, election)
 
     def start(self) -> None:
         loops = (
             ("profiles", self.profile_watcher.run),
             ("reaper", self.reaper.run),
-            ("peering", partial(keep_peering, self.kube)),
+            ("election", self.election.run),
         )
         for name, target in loops:
             thread = threading.Thread(target=target, args=(self.stop,), name=name, daemon=True)
@@ -81,3 +86,6 @@ class Runtime:
         self.stop.set()
         for thread in self.threads:
             thread.join(timeout=5)
+        # After the loops stopped: a standby takes over at its next look (2 s), not after
+        # the Lease's 15 s (a rolling update, a drained node).
+        self.election.release()
