@@ -224,17 +224,18 @@ def test_a_holder_that_sees_another_holder_stops_at_once() -> None:
 
 def test_two_candidates_racing_for_a_free_lease_make_one_holder() -> None:
     api, clock = LeaseApi(), Clock()
-    a, b = _replica(api, clock, "a"), _replica(api, clock, "b")
-    a.step()
-    a.release()
-    assert not a.leading
+    old, b, c = (_replica(api, clock, name) for name in ("old", "b", "c"))
+    old.step()
+    old.release()
+    assert not old.leading
     assert api.body is not None and api.body["spec"]["holderIdentity"] == ""
-    # Both read the released record; a's replace lands first, so b's, carrying the
-    # same resourceVersion, is a 409 and b stays a standby.
+    # Both read the released record; b's replace lands first, so c's, carrying the
+    # same resourceVersion, is a 409 and c stays a standby.
     api.stale = api.body
-    assert a.step() and a.leading
-    assert not b.step() and not b.leading
-    assert api.body["spec"]["holderIdentity"] == "a"
+    assert b.step() and b.leading
+    assert not c.step() and not c.leading
+    assert api.body["spec"]["holderIdentity"] == "b"
+    assert not old.step()  # released for good: a process shutting down never takes it back
 
 
 def test_a_release_hands_over_at_the_standby_s_next_look() -> None:

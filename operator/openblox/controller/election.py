@@ -61,6 +61,7 @@ class Election:
         self._sighting: Sighting | None = None
         # Monotonic moment until which this replica may write; 0 while it stands by.
         self._leading_until = 0.0
+        self._released = False  # shutting down: never take the Lease again
 
     @property
     def leading(self) -> bool:
@@ -75,7 +76,7 @@ class Election:
         metrics.WRITES.labels("sent").inc()
 
     def run(self, stop: threading.Event) -> None:
-        while not stop.is_set():
+        while not stop.is_set() and not self._released:
             try:
                 self.step()
             except Exception:
@@ -91,6 +92,8 @@ class Election:
     def step(self) -> bool:
         """Look at the Lease once; create, renew or take it if this replica may. True
         while this replica holds it."""
+        if self._released:
+            return False
         sent = self._clock()
         try:
             body = self._kube.get(self._path(self._name))
@@ -105,6 +108,8 @@ class Election:
             self._stand_by(record.holder if record else "")
             return False
         spec = lease_spec(record, self.identity, self._wall(), self.timing)
+        if self._released:
+            return False
         try:
             if body is None:
                 self._kube.post(
@@ -129,6 +134,8 @@ class Election:
 
     def _lead(self, sent: float, *, taken: bool) -> None:
         with self._lock:
+            if self._released:
+                return  # a renewal that crossed the release: shutting down all the same
             # From when the renewal was sent, not answered: a slow answer eats our margin.
             self._leading_until = sent + self.timing.renew_deadline_seconds
         if taken:
@@ -143,10 +150,13 @@ class Election:
 
     def release(self) -> None:
         """On shutdown: stop writing, then hand the Lease over so a standby need not wait."""
-        if not self.leading:
-            return
         with self._lock:
+            self._released = True
+            was = self._clock() < self._leading_until
             self._leading_until = 0.0
+        metrics.LEADER.set(0)
+        if not was:
+            return
         try:
             body = self._kube.get(self._path(self._name))
             record = record_of(body)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import secrets
 import socket
 import threading
 from dataclasses import dataclass, field
@@ -40,14 +41,16 @@ class Runtime:
     @classmethod
     def build(cls) -> Runtime:
         unfenced = Kube.connect()
-        identity = os.environ.get("POD_NAME") or socket.gethostname()
-        election = Election(unfenced, LEADER_LEASE, identity)
+        pod = os.environ.get("POD_NAME") or socket.gethostname()
+        # Unique per process: a container the kubelet restarts in the same pod is a new
+        # candidate, not the holder it replaced (which may have died mid-write).
+        election = Election(unfenced, LEADER_LEASE, f"{pod}_{secrets.token_hex(4)}")
         # Everything but the election writes through this client: nothing leaves a
         # replica that does not hold the Lease.
         kube = unfenced.guarded(election.fence)
         profiles = ProfileStore()
         cache = SandboxCache()
-        events = EventRecorder(kube, identity)
+        events = EventRecorder(kube, pod)
         watched = Watched()
         reconciler = Reconciler(
             kube,
@@ -84,8 +87,9 @@ class Runtime:
 
     def shutdown(self) -> None:
         self.stop.set()
+        # First, before waiting for the loops: the fence closes at once, and a standby
+        # takes over at its next look (2 s), not after the Lease's 15 s (a rolling
+        # update, a drained node).
+        self.election.release()
         for thread in self.threads:
             thread.join(timeout=5)
-        # After the loops stopped: a standby takes over at its next look (2 s), not after
-        # the Lease's 15 s (a rolling update, a drained node).
-        self.election.release()
