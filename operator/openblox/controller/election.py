@@ -27,6 +27,7 @@ from openblox.leadership import (
     released_spec,
     sighted,
 )
+from openblox.models import format_micro_timestamp
 from openblox.names import OPERATOR_NAMESPACE
 
 log = logging.getLogger(__name__)
@@ -37,7 +38,7 @@ class NotLeader(Exception):
 
 
 def _wall() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return format_micro_timestamp(datetime.now(UTC))
 
 
 class Election:

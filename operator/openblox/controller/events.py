@@ -10,6 +10,7 @@ from typing import Any
 
 from openblox.controller.election import NotLeader
 from openblox.controller.kube import Kube, path
+from openblox.models import format_micro_timestamp
 from openblox.names import FIELD_MANAGER
 
 log = logging.getLogger(__name__)
@@ -37,7 +38,7 @@ class EventRecorder:
             self._seen[key] = None
             while len(self._seen) > _MEMORY:
                 del self._seen[next(iter(self._seen))]
-        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        now = format_micro_timestamp(datetime.now(UTC))
         namespace = metadata.get("namespace") or "default"
         body = {
             "metadata": {"generateName": f"{metadata['name']}.", "namespace": namespace},
