@@ -42,6 +42,7 @@ HANDOVER_SECONDS = LeaseTiming().takeover_bound_seconds + LOOP_SECONDS
 POLL_SLACK_SECONDS = 3.0
 CRICTL = Path("/var/lib/openblox/bin/crictl")
 CONTAINERD = "unix:///run/openblox/containerd/containerd.sock"
+EMBEDDED_KUBECONFIG = "/var/lib/openblox/cluster/admin.kubeconfig"
 
 
 @pytest.fixture
@@ -106,7 +107,7 @@ def _two_replicas_one_holder(kube: Kube) -> tuple[str, str]:
 def _kill_process(kube: Kube, pod: str) -> None:
     """SIGKILL the operator process: it dies mid-whatever, releasing nothing. Where the
     node is not this machine, the pod is deleted with no grace instead."""
-    if not CRICTL.exists() or "KUBECONFIG" in os.environ:
+    if not CRICTL.exists() or kube.kubeconfig != EMBEDDED_KUBECONFIG:
         kube.kubectl("delete", "pod", pod, "-n", SYSTEM, "--grace-period=0", "--force")
         return
     crictl = [str(CRICTL), "--runtime-endpoint", CONTAINERD]

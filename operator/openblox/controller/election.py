@@ -103,8 +103,11 @@ class Election:
                 raise
             body = None
         record = record_of(body)
-        self._sighting = sighted(self._sighting, record, sent)
-        decision = decide(self._sighting, self.identity, self._clock(), self.timing)
+        # Seen when the answer came, not when asked: a standby counts no time it cannot
+        # be sure of; the holder's own deadline counts from when it asked (above).
+        seen = self._clock()
+        self._sighting = sighted(self._sighting, record, seen)
+        decision = decide(self._sighting, self.identity, seen, self.timing)
         if decision is Decision.WAIT:
             self._stand_by(record.holder if record else "")
             return False
