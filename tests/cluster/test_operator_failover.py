@@ -141,9 +141,21 @@ def test_two_replicas_and_only_the_lease_holder_writes(operator: Kube, sandboxes
     operator.apply(sandbox("written-once", sandboxes_ns))
     wait_reason(operator, "written-once", sandboxes_ns, "Ready")
     assert _holder(operator)[0] == holder, "the Lease moved during the test"
-    # The standby saw the Sandbox (its watches are warm) but sent no write at all.
-    standby_metrics = _metrics(operator, standby)
-    assert standby_metrics.get('openblox_sandboxes{ready="True",reason="Ready"}', 0) >= 1
+    # The standby saw the Sandbox Ready (its watches are warm; its gauge is set every
+    # 5 s) but sent no write at all.
+    standby_metrics = wait_for(
+        "the standby's gauge to count the Ready Sandbox",
+        lambda: (
+            m
+            if (m := _metrics(operator, standby)).get(
+                'openblox_sandboxes{ready="True",reason="Ready"}', 0
+            )
+            >= 1
+            else None
+        ),
+        timeout=15,
+        every=1,
+    )
     assert standby_metrics.get("openblox_leader") == 0.0
     assert _writes(operator, standby) == standby_writes
     assert _writes(operator, holder) > holder_writes
