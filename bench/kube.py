@@ -464,7 +464,7 @@ class Operator:
         running = [p for p in pods if (p.get("status") or {}).get("phase") == "Running"]
         if not running:
             raise RuntimeError("no running operator pod in openblox-system")
-        # The replica holding the Lease is the one that works (ADR 0007); the other
+        # The replica holding the Lease is the one that works (ADR 0009); the other
         # stands by.
         lease = self._kube.get(
             f"/apis/coordination.k8s.io/v1/namespaces/{env.OPERATOR_NAMESPACE}/leases/"

@@ -41,7 +41,7 @@ def main() -> None:
     logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
     start_http_server(args.metrics_port)
     # standalone: no kopf peering. The operator's own Lease (controller/election.py) is
-    # its one election (docs/adr/0007-one-election-on-a-lease.md).
+    # its one election (docs/adr/0009-one-election-on-a-lease.md).
     kopf.run(clusterwide=True, liveness_endpoint=args.liveness, standalone=True)
 
 
