@@ -34,6 +34,7 @@ class ProfileWatcher:
         self._kube = kube
         self._leading = leading
         self._last: Mapping[str, Any] | None = None
+        self._applying = threading.Lock()
         self._store = store
         self._events = events
         self._on_change = on_change
@@ -49,10 +50,20 @@ class ProfileWatcher:
 
     def take_over(self) -> None:
         """This replica now holds the Lease: write what a standby left unwritten."""
-        self._published = None
-        self.apply(self._last)
+        with self._applying:
+            if not self._store.loaded():
+                # Not read yet: applying "no ConfigMap" would publish admission parameters
+                # with no profiles. The first list publishes, this replica leading.
+                return
+            self._published = None
+            self._apply(self._last)
 
     def apply(self, configmap: Mapping[str, Any] | None) -> None:
+        # One apply at a time: a takeover's re-apply never undoes a newer watch event.
+        with self._applying:
+            self._apply(configmap)
+
+    def _apply(self, configmap: Mapping[str, Any] | None) -> None:
         self._last = configmap
         data: Mapping[str, str] = (configmap.get("data") or {}) if configmap is not None else {}
         update = self._store.update(data)

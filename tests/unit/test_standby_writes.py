@@ -1,5 +1,6 @@
-"""The warm pools in a replica that does not hold the operator's Lease: the keeper sends
-nothing, a refused pool's Event waits for the holder, and a takeover writes it."""
+"""A replica that does not hold the operator's Lease: the pool keeper sends nothing, the
+profile watcher publishes nothing, a refused pool's Event waits for the holder, and a
+takeover writes what the standby could not (and nothing before the ConfigMaps are read)."""
 
 from __future__ import annotations
 
@@ -11,13 +12,20 @@ import pytest
 
 from openblox.controller.election import NotLeader
 from openblox.controller.events import EventRecorder
+from openblox.controller.kube import ApiError
 from openblox.controller.pool_keeper import PoolKeeper
 from openblox.controller.pool_store import PoolStore
+from openblox.controller.profile_store import ProfileStore
+from openblox.controller.profile_watch import ProfileWatcher
 
 BROKEN = {
     "metadata": {"name": "openblox-pools", "namespace": "openblox-system", "uid": "cm-uid"},
     "data": {"warm": "profile: code-exec\nnamespaces: [team-a]\nsize: -1\n"},
 }
+
+
+ADMISSION = "/api/v1/namespaces/openblox-system/configmaps/openblox-profile-admission"
+PROFILES = {"metadata": {"name": "openblox-profiles", "namespace": "openblox-system"}, "data": {}}
 
 
 class FencedKube:
@@ -33,7 +41,14 @@ class FencedKube:
 
     def get(self, target: str, **_: Any) -> dict[str, Any]:
         self.calls.append(("GET", target))
+        if target == ADMISSION:
+            raise ApiError(404, "NotFound")
         return {"items": []}
+
+    def put(self, target: str, body: Any) -> dict[str, Any]:
+        self._fence()
+        self.calls.append(("PUT", target))
+        return dict(body)
 
     def post(self, target: str, body: Any) -> dict[str, Any]:
         self._fence()
@@ -127,3 +142,31 @@ def test_a_take_over_before_the_pools_were_read_does_nothing() -> None:
     store.take_over()
     assert not store.loaded()  # an unread ConfigMap must not look like "no pools"
     assert kube.calls == [] and changes == []
+
+
+def _watcher(kube: FencedKube) -> ProfileWatcher:
+    return ProfileWatcher(
+        kube,  # type: ignore[arg-type]
+        ProfileStore(),
+        EventRecorder(kube, "r"),  # type: ignore[arg-type]
+        on_change=lambda: None,
+        leading=lambda: kube.leading,
+    )
+
+
+def test_a_standby_publishes_no_admission_parameters_and_the_new_holder_does() -> None:
+    kube = FencedKube()
+    watcher = _watcher(kube)
+    watcher.apply(PROFILES)
+    assert kube.calls == []
+    kube.leading = True
+    watcher.take_over()
+    assert ("POST", ADMISSION.rpartition("/")[0]) in kube.calls
+
+
+def test_a_take_over_before_the_profiles_were_read_publishes_nothing() -> None:
+    kube = FencedKube()
+    kube.leading = True
+    watcher = _watcher(kube)
+    watcher.take_over()  # "no ConfigMap" would publish parameters with no profiles
+    assert kube.calls == []
