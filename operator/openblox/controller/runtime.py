@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import secrets
 import socket
@@ -22,6 +23,8 @@ from openblox.controller.requeue import Deadlines, Requeue
 from openblox.controller.sandbox_cache import SandboxCache
 from openblox.controller.watched import Watched
 from openblox.names import LEADER_LEASE
+
+log = logging.getLogger(__name__)
 
 # Sandboxes are not reconciled before the profiles are known: an early reconcile would
 # report ProfileNotFound for a profile that exists.
@@ -91,9 +94,13 @@ class Runtime:
 
         def take_over() -> None:
             # What a standby left unwritten: the admission parameters and the Events
-            # about refused profiles and pools; then a refill pass at once.
-            watcher.take_over()
-            pools.take_over()
+            # about refused profiles and pools; then a refill pass at once. A failure
+            # here must not keep the reaper from reconciling every Sandbox next.
+            for step in (watcher.take_over, pools.take_over):
+                try:
+                    step()
+                except Exception:
+                    log.exception("taking over: %s failed; retried at the next change", step)
             keeper.nudge()
 
         reaper.on_takeover = take_over
