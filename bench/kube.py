@@ -464,7 +464,15 @@ class Operator:
         running = [p for p in pods if (p.get("status") or {}).get("phase") == "Running"]
         if not running:
             raise RuntimeError("no running operator pod in openblox-system")
-        return dict(running[0])
+        # The replica holding the Lease is the one that works (ADR 0009); the other
+        # stands by.
+        lease = self._kube.get(
+            f"/apis/coordination.k8s.io/v1/namespaces/{env.OPERATOR_NAMESPACE}/leases/"
+            "openblox-operator"
+        )
+        holder = str((lease.get("spec") or {}).get("holderIdentity") or "").rsplit("_", 1)[0]
+        leading = [p for p in running if p["metadata"]["name"] == holder]
+        return dict((leading or running)[0])
 
     def pids(self) -> list[int]:
         uid = self.pod()["metadata"]["uid"]

@@ -86,7 +86,9 @@ def _running_operator_image_ids(kubeconfig: str, name: str = OPERATOR_DEPLOYMENT
     return {
         status.get("imageID", "")
         for pod in pods["items"]
+        if not pod["metadata"].get("deletionTimestamp")
         for status in pod.get("status", {}).get("containerStatuses", [])
+        if status.get("imageID")
     }
 
 
@@ -182,8 +184,8 @@ def _roll_onto_current_image(kubeconfig: str, name: str) -> None:
     ).stdout
     imported = _imported_image_id(image)
     running = _running_operator_image_ids(kubeconfig, name)
-    if imported and running and not any(imported.split("@")[-1] in r for r in running):
-        # Same tag, new content (a rebuilt image): roll the pods onto it.
+    if imported and running and not all(imported.split("@")[-1] in r for r in running):
+        # Same tag, new content (a rebuilt image): roll the pods (every replica) onto it.
         kubectl(kubeconfig, "rollout", "restart", deployment, "-n", OPERATOR_NAMESPACE)
     kubectl(
         kubeconfig,

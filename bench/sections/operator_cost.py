@@ -135,7 +135,7 @@ def reaper_pass(ctx: Any, section: Section) -> None:
         store,
         None,  # type: ignore[arg-type]
         events=None,  # type: ignore[arg-type]
-        lease=None,  # type: ignore[arg-type]
+        election=None,  # type: ignore[arg-type]
         clock=lambda: now - timedelta(days=1),
     )
     full = []

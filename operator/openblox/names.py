@@ -17,6 +17,9 @@ OPERATOR_NAMESPACE: Final = "openblox-system"
 PROFILES_CONFIGMAP: Final = "openblox-profiles"
 POOLS_CONFIGMAP: Final = "openblox-pools"
 FIELD_MANAGER: Final = "openblox-operator"
+# The coordination.k8s.io Lease in OPERATOR_NAMESPACE whose holder is the one replica
+# that writes (reconciles, reaps, publishes); the others stand by with warm caches.
+LEADER_LEASE: Final = "openblox-operator"
 
 LABEL_SANDBOX: Final = "openblox.sh/sandbox"
 LABEL_PROFILE: Final = "openblox.sh/profile"

@@ -492,21 +492,10 @@ def test_operator_killed_mid_create_converges_without_duplicates(
 
 
 def _operator_metrics(kube: Kube) -> str:
-    """The operator's /metrics, through the API server's pod proxy."""
-    pods = json.loads(
-        kube.kubectl(
-            "get",
-            "pods",
-            "-n",
-            "openblox-system",
-            "-l",
-            "app.kubernetes.io/name=openblox-operator",
-            "--field-selector=status.phase=Running",
-            "-o",
-            "json",
-        ).stdout
-    )["items"]
-    name = pods[0]["metadata"]["name"]
+    """The /metrics of the replica holding the Lease (the one that reconciles), through
+    the API server's pod proxy."""
+    lease = kube.get("lease", "openblox-operator", "openblox-system")
+    name = str(lease["spec"]["holderIdentity"]).rsplit("_", 1)[0]
     return kube.kubectl(
         "get", "--raw", f"/api/v1/namespaces/openblox-system/pods/{name}:9090/proxy/metrics"
     ).stdout

@@ -322,9 +322,18 @@ def test_the_documents_this_project_promises_exist() -> None:
         "docs/adr/0003-one-reaper-loop-with-a-lease.md",
         "docs/adr/0004-containerd-1.7-and-patched-gvisor-shim.md",
         "docs/adr/0005-kubernetes-client-library.md",
+        "docs/adr/0009-one-election-on-a-lease.md",
     ]
     missing = [name for name in required if not (REPO / name).is_file()]
     assert not missing, f"missing documents: {missing}"
+
+
+def test_no_two_adrs_share_a_number() -> None:
+    numbers: dict[str, list[str]] = {}
+    for adr in sorted((REPO / "docs" / "adr").glob("[0-9][0-9][0-9][0-9]-*.md")):
+        numbers.setdefault(adr.name[:4], []).append(adr.name)
+    shared = {n: names for n, names in numbers.items() if len(names) > 1}
+    assert not shared, f"ADRs sharing a number: {shared}"
 
 
 @pytest.mark.parametrize("path", DOCS, ids=_id)

@@ -15,6 +15,7 @@ PACKAGE = Path(__file__).parents[2] / "operator" / "openblox"
 ALLOWED_OPENBLOX_IMPORTS = {
     "models": ("openblox.names", "openblox.models"),
     "lifetime": ("openblox.names", "openblox.models", "openblox.lifetime"),
+    "leadership": ("openblox.leadership",),
     "denials": ("openblox.names", "openblox.models", "openblox.lifetime", "openblox.denials"),
     "builders": (
         "openblox.names",

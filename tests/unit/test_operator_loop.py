@@ -1,8 +1,9 @@
 """The operator's reconcile against a fake API server: what it asks for, and when it asks nothing.
 
-Pure parts (the gauge's counting, the caches, the requeue back-off, the lease's renewal
-interval) are checked directly; the reconcile runs with a recording fake `Kube`, so the
-number of API requests per step is an asserted figure, not a benchmark's estimate.
+Pure parts (the gauge's counting, the caches, the requeue back-off) are checked
+directly (the election has tests/unit/test_election.py); the reconcile runs with a
+recording fake `Kube`, so the number of API requests per step is an asserted figure,
+not a benchmark's estimate.
 """
 
 from __future__ import annotations
@@ -16,7 +17,6 @@ from openblox.builders.pod import pod_name
 from openblox.controller import metrics
 from openblox.controller.events import EventRecorder
 from openblox.controller.kube import ApiError, path
-from openblox.controller.lease import Lease
 from openblox.controller.profile_store import ProfileStore
 from openblox.controller.reaper import Reaper
 from openblox.controller.reconcile import Reconciler, Settings
@@ -291,7 +291,7 @@ def test_the_loop_resyncs_unready_sandboxes_only_when_asked_or_after_the_safety_
         ProfileStore(),
         reconciler,
         events=None,  # type: ignore[arg-type]
-        lease=None,  # type: ignore[arg-type]
+        election=None,  # type: ignore[arg-type]
         resync_seconds=300,
         clock=lambda: moment[0],
     )
@@ -441,42 +441,6 @@ def test_requeue_backs_off_and_forgets_when_settled() -> None:
     requeue.after(key, 3.0)
     requeue.settled(key)
     assert len(requeue) == 0
-
-
-def test_a_held_lease_is_renewed_every_third_of_its_duration_not_every_pass() -> None:
-    kube = FakeKube()
-    moment = [NOW]
-    lease = Lease(kube, "openblox-reaper", "me", 15, clock=lambda: moment[0])  # type: ignore[arg-type]
-    assert lease.try_hold()
-    assert [m for m, _ in kube.take()] == ["GET", "POST"]
-    moment[0] = NOW + timedelta(seconds=4)
-    assert lease.try_hold()
-    assert kube.take() == []
-    moment[0] = NOW + timedelta(seconds=6)
-    assert lease.try_hold()
-    assert [m for m, _ in kube.take()] == ["GET", "PUT"]
-
-
-def test_lease_held_by_another_live_holder_is_not_taken() -> None:
-    kube = FakeKube()
-    target = path(
-        group="coordination.k8s.io",
-        plural="leases",
-        namespace="openblox-system",
-        name="openblox-reaper",
-    )
-    kube.objects[target] = {
-        "metadata": {"name": "openblox-reaper", "resourceVersion": "1"},
-        "spec": {
-            "holderIdentity": "other",
-            "leaseDurationSeconds": 15,
-            "renewTime": NOW.strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
-        },
-    }
-    lease = Lease(kube, "openblox-reaper", "me", 15, clock=lambda: NOW)  # type: ignore[arg-type]
-    assert not lease.try_hold()
-    assert not lease.try_hold()
-    assert len(kube.take()) == 2  # not held: asked each time
 
 
 def test_paths() -> None:

@@ -20,8 +20,6 @@ import kopf  # noqa: E402
 from prometheus_client import start_http_server  # noqa: E402
 
 import openblox.controller.handlers  # noqa: E402, F401  (registers the handlers)
-from openblox.controller.kube import Kube  # noqa: E402
-from openblox.controller.peering import PEERING_NAME, ensure_peering  # noqa: E402
 
 
 def main() -> None:
@@ -42,13 +40,9 @@ def main() -> None:
     logging.getLogger("kopf.objects").setLevel(logging.WARNING)
     logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
     start_http_server(args.metrics_port)
-    ensure_peering(Kube.connect())
-    kopf.run(
-        clusterwide=True,
-        liveness_endpoint=args.liveness,
-        standalone=False,
-        peering_name=PEERING_NAME,
-    )
+    # standalone: no kopf peering. The operator's own Lease (controller/election.py) is
+    # its one election (docs/adr/0009-one-election-on-a-lease.md).
+    kopf.run(clusterwide=True, liveness_endpoint=args.liveness, standalone=True)
 
 
 if __name__ == "__main__":

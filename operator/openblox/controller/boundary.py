@@ -62,6 +62,7 @@ def _exec(kube: Kube, namespace: str, pod: str) -> str:
     (The client's ExecSocket is not used: importing openblox.client loads the
     `kubernetes` package, which the operator does without.)
     """
+    kube.guard_write()  # an exec is a create (pods/exec): only the Lease holder runs one
     credentials = kube.credentials
     query = [("command", arg) for arg in _PROBE]
     query += [("container", CONTAINER_NAME), ("stdout", "true"), ("stderr", "false")]

@@ -8,7 +8,9 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
+from openblox.controller.election import NotLeader
 from openblox.controller.kube import Kube, path
+from openblox.models import format_micro_timestamp
 from openblox.names import FIELD_MANAGER
 
 log = logging.getLogger(__name__)
@@ -36,7 +38,7 @@ class EventRecorder:
             self._seen[key] = None
             while len(self._seen) > _MEMORY:
                 del self._seen[next(iter(self._seen))]
-        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        now = format_micro_timestamp(datetime.now(UTC))
         namespace = metadata.get("namespace") or "default"
         body = {
             "metadata": {"generateName": f"{metadata['name']}.", "namespace": namespace},
@@ -60,7 +62,11 @@ class EventRecorder:
         }
         try:
             self._kube.post(path(plural="events", namespace=namespace), body)
-        except Exception:  # an Event is best-effort: never fail a reconcile over one
+        except Exception as error:  # an Event is best-effort: never fail a reconcile over one
+            with self._lock:
+                self._seen.pop(key, None)  # not written: it may be written next time
+            if isinstance(error, NotLeader):
+                return  # a standby writes nothing; the holder records it
             log.warning(
                 "could not record event %s on %s", reason, metadata.get("name"), exc_info=True
             )

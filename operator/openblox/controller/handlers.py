@@ -5,13 +5,12 @@ handlers: the reconcile is level-based, so it needs no diff, no progress annotat
 and no finalizers; the initial listing after a restart is the resume. The other watches
 (pods, Namespaces, RuntimeClasses, the NetworkPolicy) keep `Watched` current, so a
 reconcile reads nothing from the API server, and trigger reconciles when what a Sandbox
-waits for changes.
+waits for changes. Every replica watches; only the Lease holder reconciles.
 """
 
 from __future__ import annotations
 
 import logging
-import random
 from typing import Any
 
 import kopf
@@ -34,10 +33,8 @@ log = logging.getLogger(__name__)
 
 @kopf.on.startup()
 def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
-    settings.peering.clusterwide = True
-    settings.peering.mandatory = True
-    # Distinct priorities make exactly one replica active; equal ones would all act.
-    settings.peering.priority = random.randint(1, 2**31 - 1)
+    # No kopf peering (`standalone`, see __main__): it pauses a standby's watches, so its
+    # caches go cold. Every replica watches; the Lease (`Election`) decides who writes.
     settings.posting.enabled = False
     settings.execution.max_workers = 16
     settings.watching.server_timeout = 300
@@ -82,7 +79,8 @@ def sandbox_changed(event: kopf.RawEvent, body: kopf.Body, memo: kopf.Memo, **_:
         runtime.reconciler.forget(metadata["uid"], metadata["namespace"], metadata["name"])
         return
     sandbox = runtime.cache.upsert(body)
-    if sandbox is not None:
+    # A standby only keeps its cache; the holder reconciles everything when it takes over.
+    if sandbox is not None and runtime.election.leading:
         runtime.reconciler.reconcile(sandbox, "sandbox")
 
 
@@ -99,7 +97,7 @@ def sandbox_pod_changed(event: kopf.RawEvent, body: kopf.Body, memo: kopf.Memo, 
         runtime.pool_keeper.nudge()  # a pool pod started, ended or went: refill, probe
         return
     owner = runtime.cache.get(metadata["namespace"], metadata["labels"][LABEL_SANDBOX])
-    if owner is not None:
+    if owner is not None and runtime.election.leading:
         runtime.reconciler.reconcile(owner, "pod")
 
 

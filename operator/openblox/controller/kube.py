@@ -18,7 +18,7 @@ import ssl
 import tempfile
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -124,8 +124,13 @@ class _Token:
 class Kube:
     """Blocking, thread-safe (one keep-alive connection per thread), JSON in and out."""
 
-    def __init__(self, credentials: Credentials) -> None:
+    def __init__(
+        self, credentials: Credentials, write_guard: Callable[[], None] | None = None
+    ) -> None:
         self.credentials = credentials
+        # Called before every request that changes something; it raises to refuse it
+        # (the election's fence: a replica that does not hold the Lease writes nothing).
+        self._write_guard = write_guard
         parts = urlsplit(credentials.server)
         self._https = parts.scheme == "https"
         self._host = parts.hostname or "localhost"
@@ -138,6 +143,15 @@ class Kube:
     @classmethod
     def connect(cls) -> Kube:
         return cls(Credentials.in_cluster() or Credentials.from_kubeconfig())
+
+    def guarded(self, write_guard: Callable[[], None]) -> Kube:
+        """A client with the same credentials whose every write passes `write_guard` first."""
+        return Kube(self.credentials, write_guard)
+
+    def guard_write(self) -> None:
+        """Refuse now (the guard raises) if this client may not change anything."""
+        if self._write_guard is not None:
+            self._write_guard()
 
     # ------------------------------------------------------------------ plumbing
 
@@ -194,6 +208,8 @@ class Kube:
         params: Mapping[str, Any] | None = None,
         content_type: str = JSON,
     ) -> dict[str, Any]:
+        if method != "GET":
+            self.guard_write()
         payload = None if body is None else json.dumps(body).encode()
         headers = self._headers(content_type if payload is not None else None)
         target = self.url(path, params)

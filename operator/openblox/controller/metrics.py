@@ -25,6 +25,15 @@ REAPED = Counter("openblox_sandboxes_reaped_total", "Sandboxes deleted by the re
 RECONCILE_ERRORS = Counter(
     "openblox_reconcile_errors_total", "Reconciles that ended in an unexpected error."
 )
+LEADER = Gauge(
+    "openblox_leader", "1 while this replica holds the operator's Lease and may write, else 0."
+)
+WRITES = Counter(
+    "openblox_api_writes_total",
+    "Requests that change something, as the election's fence let them through (sent) or "
+    "refused them (fenced). The Lease's own renewals are not counted.",
+    ["outcome"],
+)
 RECONCILES = Counter("openblox_reconciles_total", "Reconciles run, by trigger.", ["trigger"])
 
 _gauge_lock = threading.Lock()

@@ -1,8 +1,9 @@
 """Keep each warm pool at its size: create pool pods at a bounded rate, probe their
 boundary, and delete the ones that may no longer be handed out.
 
-It runs in one replica only, while this replica holds the operator's Lease. A pool pod
-is deleted when its profile changed (old digest), its boundary probe failed, it ended,
+It runs in one replica only, while this replica holds the operator's Lease (`held` is
+the election's `leading`; a write sent after the Lease is lost is refused by the fence).
+A pool pod is deleted when its profile changed (old digest), its boundary probe failed, it ended,
 the pool shrank, or it no longer serves anything: the pool or its profile was removed,
 or its namespace opted out or is no longer allowed the profile.
 """
@@ -20,6 +21,7 @@ from typing import Any
 
 from openblox.builders.conditions import PodState
 from openblox.builders.pod import build_pool_pod
+from openblox.controller.election import NotLeader
 from openblox.controller.kube import Kube, is_conflict, is_not_found, path, status_of
 from openblox.controller.pool_store import PoolStore
 from openblox.controller.profile_store import ProfileStore
@@ -78,6 +80,8 @@ class PoolKeeper:
                 continue
             try:
                 self.run_once()
+            except NotLeader:
+                log.info("lost the Lease during a pool pass; the keeper stands by")
             except Exception:
                 log.exception("pool pass failed; trying again next interval")
 

@@ -31,12 +31,27 @@ class PoolStore:
         self._lock = threading.Lock()
         self._pools: dict[str, Pool] = {}
         self._configmap: dict[str, Any] | None = None
+        self._last: Mapping[str, Any] | None = None
+        # One apply at a time: a takeover's re-apply never undoes a newer watch event.
+        self._applying = threading.RLock()
         self._loaded = threading.Event()
 
     def run(self, stop: threading.Event) -> None:
         follow_configmap(self._kube, POOLS_CONFIGMAP, self.apply, stop)
 
+    def take_over(self) -> None:
+        """This replica now holds the Lease: record the Events a standby left unwritten
+        (the recorder forgets an Event a standby was refused, so it is written now)."""
+        with self._applying:
+            if self._loaded.is_set():
+                self.apply(self._last)
+
     def apply(self, configmap: Mapping[str, Any] | None) -> None:
+        with self._applying:
+            self._apply(configmap)
+
+    def _apply(self, configmap: Mapping[str, Any] | None) -> None:
+        self._last = configmap
         data: Mapping[str, str] = (configmap.get("data") or {}) if configmap is not None else {}
         good, broken = parse_pools(data)
         with self._lock:

@@ -1,4 +1,8 @@
-"""Keep the profile store in step with the admins' ConfigMap, and publish what admission needs."""
+"""Keep the profile store in step with the admins' ConfigMap, and publish what admission needs.
+
+Every replica watches (a standby's store is current when it takes over); only the
+Lease holder writes: the admission parameters, and the Events about refused profiles.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +13,7 @@ from typing import Any
 
 from openblox.builders.admission import ADMISSION_CONFIGMAP, build_admission_configmap
 from openblox.controller.configmap_watch import follow_configmap
+from openblox.controller.election import NotLeader
 from openblox.controller.events import EventRecorder
 from openblox.controller.kube import Kube, is_not_found, path
 from openblox.controller.profile_store import ProfileStore
@@ -19,9 +24,17 @@ log = logging.getLogger(__name__)
 
 class ProfileWatcher:
     def __init__(
-        self, kube: Kube, store: ProfileStore, events: EventRecorder, on_change: Callable[[], None]
+        self,
+        kube: Kube,
+        store: ProfileStore,
+        events: EventRecorder,
+        on_change: Callable[[], None],
+        leading: Callable[[], bool] = lambda: True,
     ) -> None:
         self._kube = kube
+        self._leading = leading
+        self._last: Mapping[str, Any] | None = None
+        self._applying = threading.Lock()
         self._store = store
         self._events = events
         self._on_change = on_change
@@ -35,7 +48,23 @@ class ProfileWatcher:
     def _relisted(self) -> None:
         self._published = None  # on every (re)list, check the admission parameters again
 
+    def take_over(self) -> None:
+        """This replica now holds the Lease: write what a standby left unwritten."""
+        with self._applying:
+            if not self._store.loaded():
+                # Not read yet: applying "no ConfigMap" would publish admission parameters
+                # with no profiles. The first list publishes, this replica leading.
+                return
+            self._published = None
+            self._apply(self._last)
+
     def apply(self, configmap: Mapping[str, Any] | None) -> None:
+        # One apply at a time: a takeover's re-apply never undoes a newer watch event.
+        with self._applying:
+            self._apply(configmap)
+
+    def _apply(self, configmap: Mapping[str, Any] | None) -> None:
+        self._last = configmap
         data: Mapping[str, str] = (configmap.get("data") or {}) if configmap is not None else {}
         update = self._store.update(data)
         for name, error in update.refused.items():
@@ -50,7 +79,11 @@ class ProfileWatcher:
             log.info(
                 "profiles changed: %s; removed: %s", list(update.changed), list(update.removed)
             )
-        self._publish_admission_params()
+        if self._leading():
+            try:
+                self._publish_admission_params()
+            except NotLeader:
+                log.info("not publishing the admission parameters: not the leader")
         if update.changed or update.removed or update.refused:
             self._on_change()
 

@@ -1,15 +1,19 @@
 """The one operator-wide loop: reap expired sandboxes, run requeued reconciles, resync.
 
-No per-object timers and no finalizers: a timer per Sandbox needs a finalizer, which
-blocks deletion whenever the operator is down. One loop over the cache is cheaper and
-leaves deletion to Kubernetes.
+It acts only in the replica that holds the operator's Lease (`Election`); a standby
+runs it idle. No per-object timers and no finalizers: a kopf timer per Sandbox needs a
+finalizer, which blocks deletion whenever the operator is down. Instead each reconcile
+arms the Sandbox's deadline in `Deadlines` (memory only), and every pass reaps what is
+due; a sweep over the whole cache every `sweep_seconds` is the safety net for a
+deadline nobody armed.
 
 Watch events drive the reconcile (Sandboxes, their pods, Namespaces, RuntimeClasses,
 the NetworkPolicy, the profiles). The loop only adds what no event brings: the
 reconciles a reconcile asked for later (`Requeue`), a full pass over the unready ones
-when something they may wait for changed (`request_resync`), and a slow safety resync
-every `resync_seconds` in case an event was missed. It also sets the
-`openblox_sandboxes` gauge from the cache.
+when something they may wait for changed (`request_resync`), a slow safety resync every
+`resync_seconds` in case an event was missed, and, on taking the Lease over, a
+reconcile of every Sandbox (a standby saw the events but acted on none). It also sets
+the `openblox_sandboxes` gauge from the cache, in every replica.
 """
 
 from __future__ import annotations
@@ -20,19 +24,23 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 
 from openblox.controller import metrics
+from openblox.controller.election import Election, NotLeader
 from openblox.controller.events import EventRecorder
 from openblox.controller.kube import Kube, is_conflict, is_not_found, path
-from openblox.controller.lease import Lease
 from openblox.controller.profile_store import ProfileStore
 from openblox.controller.reconcile import Reconciler, record_denial
 from openblox.controller.sandbox_cache import SandboxCache
 from openblox.denials import lifetime_denial
 from openblox.lifetime.expiry import Expiry
-from openblox.lifetime.reaping import find_expired
+from openblox.lifetime.reaping import expiry_of, find_expired
 from openblox.models import Sandbox
 from openblox.names import API_VERSION, GROUP, KIND, PLURAL, VERSION, Reason
 
 log = logging.getLogger(__name__)
+
+# Uids already deleted, so a sweep that runs before the deletion's watch event arrives
+# does not reap one twice; bounded, forgetting one only costs a 404.
+_REAPED_MEMORY = 4096
 
 
 class Reaper:
@@ -44,8 +52,9 @@ class Reaper:
         reconciler: Reconciler,
         *,
         events: EventRecorder,
-        lease: Lease,
+        election: Election,
         interval_seconds: float = 1.0,
+        sweep_seconds: float = 30.0,
         resync_seconds: float = 300.0,
         gauge_seconds: float = 5.0,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
@@ -55,38 +64,105 @@ class Reaper:
         self._profiles = profiles
         self._reconciler = reconciler
         self._events = events
-        self._lease = lease
+        self._election = election
         self._interval = interval_seconds
+        self._sweep = sweep_seconds
         self._resync = resync_seconds
         self._gauge_interval = gauge_seconds
         self._clock = clock
+        # What else a new holder writes first (admission parameters, refused-config Events).
+        self.on_takeover: Callable[[], None] = lambda: None
+        self._leading = False
+        self._last_sweep = self._clock().timestamp()
         self._last_resync = self._clock().timestamp()
         self._last_gauge = 0.0
         self._resync_guard = threading.Lock()
         self._resync_all = False
         self._resync_namespaces: set[str] = set()
+        self._reaped: dict[str, None] = {}
 
     def run(self, stop: threading.Event) -> None:
         while not stop.wait(self._interval):
             try:
                 self._maybe_set_gauge()
+                if not self._election.leading:
+                    self._leading = False
+                    continue
+                if not self._leading:
+                    self._leading = True
+                    self.take_over()
                 self.run_requeued()
-                if self._lease.try_hold():
-                    self.reap_once()
-                    self._maybe_resync()
+                self.reap_due()
+                self._maybe_sweep()
+                self._maybe_resync()
+            except NotLeader:
+                log.info("lost the Lease during a pass; the loop stands by")
             except Exception:
                 log.exception("reaper pass failed; trying again next interval")
 
+    def take_over(self) -> None:
+        """This replica just took the Lease: what expired while nobody held it goes first,
+        then every Sandbox is reconciled (in a thread, so reaping keeps its pace)."""
+        log.info("taking over: sweeping, then reconciling every Sandbox")
+        self._last_sweep = self._clock().timestamp()
+        self.reap_once()
+        self.on_takeover()
+        threading.Thread(target=self.reconcile_all, name="takeover", daemon=True).start()
+
+    def reconcile_all(self) -> int:
+        done = 0
+        for sandbox in self._cache.sandboxes():
+            if not self._election.leading:
+                break
+            current = self._cache.get(sandbox.namespace, sandbox.name)
+            if current is None:
+                continue
+            try:
+                self._reconciler.reconcile(current, "takeover")
+                done += 1
+            except Exception:
+                log.exception("reconcile of %s/%s failed", sandbox.namespace, sandbox.name)
+        return done
+
     def reap_once(self) -> int:
+        """The sweep: every cached Sandbox past its deadline, armed or not."""
         reaped = 0
         for sandbox, expiry in list(
             find_expired(self._cache.sandboxes(), self._profiles.snapshot(), self._clock())
         ):
-            self._reap(sandbox, expiry)
-            reaped += 1
+            reaped += self._reap(sandbox, expiry)
         return reaped
 
-    def _reap(self, sandbox: Sandbox, expiry: Expiry) -> None:
+    def reap_due(self) -> int:
+        """The Sandboxes whose armed deadline has come; one whose deadline moved (activity
+        postponed its idle timeout) is armed again at the new one."""
+        now = self._clock()
+        due = self._reconciler.deadlines.pop_due(now)
+        if not due:
+            return 0
+        profiles = self._profiles.snapshot()
+        reaped = 0
+        for key in due:
+            sandbox = self._cache.get(*key)
+            expiry = expiry_of(sandbox, profiles, now) if sandbox is not None else None
+            if sandbox is None or expiry is None:
+                continue
+            if expiry.expired:
+                reaped += self._reap(sandbox, expiry)
+            else:
+                self._reconciler.deadlines.arm(key, expiry.expires_at)
+        return reaped
+
+    def _maybe_sweep(self) -> None:
+        now = self._clock().timestamp()
+        if now - self._last_sweep >= self._sweep:
+            self._last_sweep = now
+            if self.reap_once():
+                log.warning("the sweep reaped Sandboxes no armed deadline had caught")
+
+    def _reap(self, sandbox: Sandbox, expiry: Expiry) -> int:
+        if sandbox.uid in self._reaped:
+            return 0
         because = "idle timeout" if expiry.reason == "Idle" else "maximum age"
         message = f"sandbox reached its {because} at {expiry.expires_at.isoformat()}; deleting it"
         ref = {
@@ -116,9 +192,13 @@ class Reaper:
         except Exception as error:
             if not (is_not_found(error) or is_conflict(error)):
                 raise
-            return
+            return 0
+        self._reaped[sandbox.uid] = None
+        while len(self._reaped) > _REAPED_MEMORY:
+            del self._reaped[next(iter(self._reaped))]
         metrics.REAPED.labels(expiry.reason).inc()
         log.info("reaped %s/%s (%s)", sandbox.namespace, sandbox.name, expiry.reason)
+        return 1
 
     def request_resync(self, namespace: str | None = None) -> None:
         """Something unready Sandboxes may wait for changed (profiles, a RuntimeClass):

@@ -34,6 +34,7 @@ from openblox.builders.network_policy import build_network_policy
 from openblox.builders.status import build_status, status_patch
 from openblox.controller import metrics
 from openblox.controller.boundary import probe_boundary
+from openblox.controller.election import NotLeader
 from openblox.controller.events import EventRecorder
 from openblox.controller.kube import (
     STRATEGIC_MERGE_PATCH,
@@ -44,7 +45,7 @@ from openblox.controller.kube import (
     path,
 )
 from openblox.controller.profile_store import ProfileStore
-from openblox.controller.requeue import Requeue
+from openblox.controller.requeue import Deadlines, Requeue
 from openblox.controller.sandbox_cache import SandboxCache
 from openblox.controller.sandbox_pods import SandboxPods
 from openblox.controller.watched import Watched
@@ -109,6 +110,7 @@ class Reconciler:
         watched: Watched | None = None,
         cache: SandboxCache | None = None,
         requeue: Requeue | None = None,
+        deadlines: Deadlines | None = None,
     ):
         self._kube = kube
         self._profiles = profiles
@@ -118,6 +120,7 @@ class Reconciler:
         self.watched = watched or Watched()
         self._cache = cache
         self.requeue = requeue or Requeue()
+        self.deadlines = deadlines or Deadlines()
         self._locks: dict[str, threading.Lock] = {}
         self._locks_guard = threading.Lock()
         # Pod uid -> boundary seen inside it; a pod's kernel does not change while it lives.
@@ -136,6 +139,13 @@ class Reconciler:
         with self._lock_for(sandbox.uid):
             try:
                 self._reconcile(sandbox)
+            except NotLeader:
+                # This replica stopped holding the Lease mid-reconcile: the holder
+                # reconciles everything when it takes over, so there is nothing to retry.
+                log.info(
+                    "stopped reconciling %s/%s: not the leader", sandbox.namespace, sandbox.name
+                )
+                return
             except Exception as error:
                 if is_namespace_terminating(error):
                     # Its Sandboxes go with the namespace: nothing to make, nothing to retry.
@@ -152,6 +162,7 @@ class Reconciler:
         self._ready_seen.discard(uid)
         if name:
             self.requeue.settled((namespace, name))
+            self.deadlines.disarm((namespace, name))
 
     def pod_gone(self, uid: str) -> None:
         self._boundaries.pop(uid, None)
@@ -189,11 +200,16 @@ class Reconciler:
             profile = self._resolve_profile(sandbox)
             lifetime = effective_lifetime(sandbox, profile)
         except (OpenbloxError, LifetimeTooLong) as error:
+            self.deadlines.disarm(
+                (sandbox.namespace, sandbox.name)
+            )  # never reaped: see find_expired
             pod = self._read_pod(sandbox)
             self._events.record(_sandbox_ref(sandbox), error.reason, error.message)
             return Observation(profile_problem=Problem.from_error(error)), None, pod
 
         expiry = compute_expiry(sandbox, lifetime, now)
+        # The loop reaps it at this moment (a deadline in the past: at its next pass).
+        self.deadlines.arm((sandbox.namespace, sandbox.name), expiry.expires_at)
         base = Observation(expiry=expiry, expected_boundary=profile.expected_boundary)
         runtime_problem = self.runtime_problem(profile)
         if runtime_problem:

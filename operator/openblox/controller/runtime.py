@@ -4,17 +4,16 @@ from __future__ import annotations
 
 import logging
 import os
+import secrets
 import socket
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from functools import partial
 from typing import Any
 
+from openblox.controller.election import Election
 from openblox.controller.events import EventRecorder
 from openblox.controller.kube import Kube
-from openblox.controller.lease import Lease
-from openblox.controller.peering import keep_peering
 from openblox.controller.pool_claim import PoolClaimer
 from openblox.controller.pool_keeper import PoolKeeper
 from openblox.controller.pool_store import PoolStore
@@ -22,11 +21,11 @@ from openblox.controller.profile_store import ProfileStore
 from openblox.controller.profile_watch import ProfileWatcher
 from openblox.controller.reaper import Reaper
 from openblox.controller.reconcile import Reconciler, Settings
-from openblox.controller.requeue import Requeue
+from openblox.controller.requeue import Deadlines, Requeue
 from openblox.controller.sandbox_cache import SandboxCache
 from openblox.controller.started_watch import StartedWatcher
 from openblox.controller.watched import Watched
-from openblox.names import KIND
+from openblox.names import KIND, LEADER_LEASE
 
 log = logging.getLogger(__name__)
 
@@ -47,16 +46,23 @@ class Runtime:
     pools: PoolStore
     pool_keeper: PoolKeeper
     started_watcher: StartedWatcher
+    election: Election
     stop: threading.Event = field(default_factory=threading.Event)
     threads: list[threading.Thread] = field(default_factory=list)
 
     @classmethod
     def build(cls) -> Runtime:
-        kube = Kube.connect()
-        identity = os.environ.get("POD_NAME") or socket.gethostname()
+        unfenced = Kube.connect()
+        pod = os.environ.get("POD_NAME") or socket.gethostname()
+        # Unique per process: a container the kubelet restarts in the same pod is a new
+        # candidate, not the holder it replaced (which may have died mid-write).
+        election = Election(unfenced, LEADER_LEASE, f"{pod}_{secrets.token_hex(4)}")
+        # Everything but the election writes through this client: nothing leaves a
+        # replica that does not hold the Lease.
+        kube = unfenced.guarded(election.fence)
         profiles = ProfileStore()
         cache = SandboxCache()
-        events = EventRecorder(kube, identity)
+        events = EventRecorder(kube, pod)
         watched = Watched()
         reconciler = Reconciler(
             kube,
@@ -66,12 +72,15 @@ class Runtime:
             watched=watched,
             cache=cache,
             requeue=Requeue(),
+            deadlines=Deadlines(),
         )
-        lease = Lease(kube, "openblox-reaper", identity)
-        reaper = Reaper(kube, cache, profiles, reconciler, events=events, lease=lease)
+        reaper = Reaper(kube, cache, profiles, reconciler, events=events, election=election)
         pools = PoolStore(kube, events)
-        # Refill runs in one replica: the one holding the reaper's Lease.
-        keeper = PoolKeeper(kube, watched, pools, profiles, reconciler, held=lease.is_held)
+        # Refill runs in one replica: the one holding the operator's Lease. Hand-outs
+        # happen inside the reconcile, which only the holder runs.
+        keeper = PoolKeeper(
+            kube, watched, pools, profiles, reconciler, held=lambda: election.leading
+        )
         pools.on_change = keeper.nudge
         reconciler.pods.claimer = PoolClaimer(kube, watched, pools, reconciler.boundary_of)
 
@@ -79,9 +88,31 @@ class Runtime:
             reaper.request_resync()
             keeper.nudge()
 
-        watcher = ProfileWatcher(kube, profiles, events, on_change=profiles_changed)
+        watcher = ProfileWatcher(
+            kube,
+            profiles,
+            events,
+            on_change=profiles_changed,
+            leading=lambda: election.leading,
+        )
+
+        def take_over() -> None:
+            # What a standby left unwritten: the admission parameters and the Events
+            # about refused profiles and pools; then a refill pass at once. A failure
+            # here must not keep the reaper from reconciling every Sandbox next.
+            for step in (watcher.take_over, pools.take_over):
+                try:
+                    step()
+                except Exception:
+                    log.exception("taking over: %s failed; retried at the next change", step)
+            keeper.nudge()
+
+        reaper.on_takeover = take_over
 
         def probe_started(namespace: str, pod: str) -> None:
+            # A reconcile writes; a standby leaves it to the holder.
+            if not election.leading:
+                return
             owner = _controller_name(watched.pod(namespace, pod))
             sandbox = cache.get(namespace, owner) if owner else None
             if sandbox is None:
@@ -94,7 +125,17 @@ class Runtime:
 
         started = StartedWatcher(kube, watched, on_started=probe_started)
         return cls(
-            kube, profiles, cache, reconciler, reaper, watcher, watched, pools, keeper, started
+            kube,
+            profiles,
+            cache,
+            reconciler,
+            reaper,
+            watcher,
+            watched,
+            pools,
+            keeper,
+            started,
+            election,
         )
 
     def start(self) -> None:
@@ -104,7 +145,7 @@ class Runtime:
             ("reaper", self.reaper.run),
             ("pools", self.pools.run),
             ("pool-keeper", self.pool_keeper.run),
-            ("peering", partial(keep_peering, self.kube)),
+            ("election", self.election.run),
         )
         for name, target in loops:
             thread = threading.Thread(target=target, args=(self.stop,), name=name, daemon=True)
@@ -114,6 +155,10 @@ class Runtime:
 
     def shutdown(self) -> None:
         self.stop.set()
+        # First, before waiting for the loops: the fence closes at once, and a standby
+        # takes over at its next look (2 s), not after the Lease's 15 s (a rolling
+        # update, a drained node).
+        self.election.release()
         for thread in self.threads:
             thread.join(timeout=5)
 

@@ -18,15 +18,21 @@ def find_expired(
     never got a pod; it is not reaped here but keeps its condition explaining why.
     """
     for sandbox in sandboxes:
-        if sandbox.deletion_timestamp is not None:
-            continue
-        profile = profiles.get(sandbox.spec.profile)
-        if profile is None:
-            continue
-        try:
-            lifetime = effective_lifetime(sandbox, profile)
-        except LifetimeTooLong:
-            continue
-        expiry = compute_expiry(sandbox, lifetime, now)
-        if expiry.expired:
+        expiry = expiry_of(sandbox, profiles, now)
+        if expiry is not None and expiry.expired:
             yield sandbox, expiry
+
+
+def expiry_of(sandbox: Sandbox, profiles: Mapping[str, Profile], now: datetime) -> Expiry | None:
+    """When the reaper deletes this Sandbox; None if it never will (being deleted already,
+    an unknown profile, or a lifetime its profile refuses: it never got a pod)."""
+    if sandbox.deletion_timestamp is not None:
+        return None
+    profile = profiles.get(sandbox.spec.profile)
+    if profile is None:
+        return None
+    try:
+        lifetime = effective_lifetime(sandbox, profile)
+    except LifetimeTooLong:
+        return None
+    return compute_expiry(sandbox, lifetime, now)

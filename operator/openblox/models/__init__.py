@@ -25,6 +25,7 @@ from openblox.models.profile import (
 from openblox.models.sandbox import (
     Sandbox,
     SandboxSpec,
+    format_micro_timestamp,
     format_timestamp,
     parse_sandbox,
     parse_timestamp,
@@ -47,6 +48,7 @@ __all__ = [
     "Sandbox",
     "SandboxError",
     "SandboxSpec",
+    "format_micro_timestamp",
     "format_timestamp",
     "parse_profile",
     "parse_profiles",

@@ -29,6 +29,13 @@ def format_timestamp(moment: datetime) -> str:
     return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def format_micro_timestamp(moment: datetime) -> str:
+    """RFC 3339 in UTC to the microsecond, as metav1.MicroTime (Events, Leases) wants."""
+    if moment.tzinfo is None:
+        raise ValueError("refusing to format a naive datetime: its time zone is unknown")
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
 @dataclass(frozen=True, slots=True)
 class SandboxSpec:
     profile: str

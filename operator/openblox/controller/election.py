@@ -1,0 +1,174 @@
+"""The operator's one election: a coordination.k8s.io Lease decides which replica writes.
+
+Every replica watches and caches (a standby is warm, so a takeover needs no relist);
+only the holder reconciles, reaps, runs requeues and publishes the admission
+parameters. Every write the operator sends goes through `fence()` first (the `Kube`
+write guard), so a replica that has stopped holding writes nothing, even from a
+reconcile that was already running. The arithmetic is `openblox.leadership` (pure).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+
+from openblox.controller import metrics
+from openblox.controller.kube import Kube, is_conflict, is_not_found, path
+from openblox.leadership import (
+    Decision,
+    LeaseTiming,
+    Sighting,
+    decide,
+    lease_spec,
+    record_of,
+    released_spec,
+    sighted,
+)
+from openblox.models import format_micro_timestamp
+from openblox.names import OPERATOR_NAMESPACE
+
+log = logging.getLogger(__name__)
+
+
+class NotLeader(Exception):
+    """A write was refused because this replica does not hold the Lease."""
+
+
+def _wall() -> str:
+    return format_micro_timestamp(datetime.now(UTC))
+
+
+class Election:
+    def __init__(
+        self,
+        kube: Kube,
+        name: str,
+        identity: str,
+        timing: LeaseTiming | None = None,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        wall: Callable[[], str] = _wall,
+    ) -> None:
+        self._kube = kube  # unfenced: the Lease itself is the one write a standby makes
+        self._name = name
+        self.identity = identity
+        self.timing = timing or LeaseTiming()
+        self._clock = clock
+        self._wall = wall
+        self._lock = threading.Lock()
+        self._sighting: Sighting | None = None
+        # Monotonic moment until which this replica may write; 0 while it stands by.
+        self._leading_until = 0.0
+        self._released = False  # shutting down: never take the Lease again
+
+    @property
+    def leading(self) -> bool:
+        with self._lock:
+            return self._clock() < self._leading_until
+
+    def fence(self) -> None:
+        """Raise NotLeader unless this replica holds the Lease now (called before writes)."""
+        if not self.leading:
+            metrics.WRITES.labels("fenced").inc()
+            raise NotLeader(f"{self.identity} does not hold the Lease {self._name}")
+        metrics.WRITES.labels("sent").inc()
+
+    def run(self, stop: threading.Event) -> None:
+        while not stop.is_set() and not self._released:
+            try:
+                self.step()
+            except Exception:
+                log.exception("election step failed; trying again")
+            metrics.LEADER.set(1 if self.leading else 0)
+            stop.wait(self.timing.retry_seconds)
+
+    def _path(self, name: str | None = None) -> str:
+        return path(
+            group="coordination.k8s.io", plural="leases", namespace=OPERATOR_NAMESPACE, name=name
+        )
+
+    def step(self) -> bool:
+        """Look at the Lease once; create, renew or take it if this replica may. True
+        while this replica holds it."""
+        if self._released:
+            return False
+        sent = self._clock()
+        try:
+            body = self._kube.get(self._path(self._name))
+        except Exception as error:
+            if not is_not_found(error):
+                raise
+            body = None
+        record = record_of(body)
+        # Seen when the answer came, not when asked: a standby counts no time it cannot
+        # be sure of; the holder's own deadline counts from when it asked (above).
+        seen = self._clock()
+        self._sighting = sighted(self._sighting, record, seen)
+        decision = decide(self._sighting, self.identity, seen, self.timing)
+        if decision is Decision.WAIT:
+            self._stand_by(record.holder if record else "")
+            return False
+        spec = lease_spec(record, self.identity, self._wall(), self.timing)
+        if self._released:
+            return False
+        try:
+            if body is None:
+                self._kube.post(
+                    self._path(),
+                    {
+                        "apiVersion": "coordination.k8s.io/v1",
+                        "kind": "Lease",
+                        "metadata": {"name": self._name, "namespace": OPERATOR_NAMESPACE},
+                        "spec": spec,
+                    },
+                )
+            else:
+                # The replace carries resourceVersion: of two replicas, one wins.
+                self._kube.put(self._path(self._name), {**body, "spec": spec})
+        except Exception as error:
+            if not is_conflict(error):
+                raise
+            # Someone wrote first. If it was not us renewing, the next look shows who.
+            return self.leading
+        self._lead(sent, taken=decision is not Decision.RENEW)
+        return True
+
+    def _lead(self, sent: float, *, taken: bool) -> None:
+        with self._lock:
+            if self._released:
+                return  # a renewal that crossed the release: shutting down all the same
+            # From when the renewal was sent, not answered: a slow answer eats our margin.
+            self._leading_until = sent + self.timing.renew_deadline_seconds
+        if taken:
+            log.info("%s now holds the Lease %s", self.identity, self._name)
+
+    def _stand_by(self, holder: str) -> None:
+        with self._lock:
+            was = self._clock() < self._leading_until
+            self._leading_until = 0.0
+        if was:
+            log.warning("lost the Lease %s to %s; writing nothing from now on", self._name, holder)
+
+    def release(self) -> None:
+        """On shutdown: stop writing, then hand the Lease over so a standby need not wait."""
+        with self._lock:
+            self._released = True
+            was = self._clock() < self._leading_until
+            self._leading_until = 0.0
+        metrics.LEADER.set(0)
+        if not was:
+            return
+        try:
+            body = self._kube.get(self._path(self._name))
+            record = record_of(body)
+            if record is None or record.holder != self.identity:
+                return
+            self._kube.put(
+                self._path(self._name), {**body, "spec": released_spec(record, self._wall())}
+            )
+            log.info("released the Lease %s", self._name)
+        except Exception:
+            log.warning("could not release the Lease %s", self._name, exc_info=True)
