@@ -65,9 +65,11 @@ def _pod(name: str, command: list[str], cpu: str, node: str | None = None) -> di
 def test_a_failed_pod_is_reported_with_exit_code_log_tail_and_events(
     api: ApiKube, scratch: str
 ) -> None:
-    api.core.create_namespaced_pod(
-        scratch, _pod("dies", ["sh", "-c", "echo starting; echo last words >&2; exit 3"], "1m")
-    )
+    dies = _pod("dies", ["sh", "-c", "echo starting; echo last words >&2; exit 3"], "1m")
+    # Without a readiness probe the container reads Ready for the moment it runs, and the
+    # wait could return that instead of the ending this test is about.
+    dies["spec"]["containers"][0]["readinessProbe"] = {"exec": {"command": ["false"]}}
+    api.core.create_namespaced_pod(scratch, dies)
     with pytest.raises(PodEnded) as ended:
         api.wait_pod(scratch, "dies", 120)
     said = str(ended.value)

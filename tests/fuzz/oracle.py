@@ -10,6 +10,7 @@ checking nothing.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator, Mapping
 from fractions import Fraction
 from typing import Any
@@ -162,6 +163,12 @@ _ARTEFACTS = (
 )
 
 
+# The API server names the object's root as the field path `<nil>` (a root-level CEL
+# rule, or its note that some rules were not checked): that is a field path, not a Go
+# nil leaking into a message, so only that form is set aside before the artefact check.
+_ROOT_FIELD_PATH = re.compile(r"(^|\[|, |is invalid: )<nil>: ")
+
+
 def clear(message: str, *, must_mention: str | None = None) -> None:
     """Raise Violation("unclear") unless the message is a readable, bounded sentence."""
     text = message.strip()
@@ -170,7 +177,7 @@ def clear(message: str, *, must_mention: str | None = None) -> None:
     if len(text) > 4000:
         raise Violation("unclear", f"a {len(text)}-character message")
     for artefact in _ARTEFACTS:
-        if artefact in text:
+        if artefact in _ROOT_FIELD_PATH.sub(r"\1", text):
             raise Violation("unclear", f"{artefact!r} in {text[:300]!r}")
     if must_mention is not None and must_mention not in text:
         raise Violation("unclear", f"{text[:300]!r} does not mention {must_mention!r}")

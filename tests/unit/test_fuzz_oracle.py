@@ -83,3 +83,22 @@ def test_a_clear_message_passes_and_must_name_what_it_should() -> None:
     clear('profile "x" is invalid: user must be between 1 and 2147483647, got 0')
     with pytest.raises(Violation):
         clear("something is wrong", must_mention='profile "x"')
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        'Sandbox.openblox.sh "a" is invalid: <nil>: Invalid value: "object": Sandbox names '
+        "must be at most 63 characters (they label the pod)",
+        'Sandbox.openblox.sh "" is invalid: [metadata.name: Required value: name or '
+        "generateName is required, <nil>: Invalid value: null: some validation rules were "
+        "not checked because the object was invalid]",
+    ],
+)
+def test_the_api_servers_root_field_path_is_not_an_artefact(message: str) -> None:
+    clear(message)
+
+
+def test_a_nil_anywhere_else_is_still_unclear() -> None:
+    with pytest.raises(Violation):
+        clear('Sandbox "a" is invalid: spec.profile: Invalid value: <nil>')

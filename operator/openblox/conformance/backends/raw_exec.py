@@ -34,6 +34,9 @@ KEEP_BYTES = 64 << 20
 
 class RawExecBackend(OperatorBackend):
     name = "operator-raw-exec"
+    # Activity is what callers stamp through the API server (openblox.sh/last-activity);
+    # a plain pods/exec stamps nothing, so its idle clock runs from the create.
+    execs_record_activity = False
     unsupported: Mapping[Capability, str] = {
         Capability.FILES: (
             "plain pods/exec has no file API; the files API is the openblox client's, "

@@ -64,19 +64,23 @@ def timeout_kills_tree(ctx: Context) -> Verdict:
 
 @check("TIME-002")
 def idle_reaping(ctx: Context) -> Verdict:
+    # A backend whose commands are not activity (plain pods/exec) is idle from its create.
+    by_commands = getattr(ctx.backend, "execs_record_activity", True)
+    since = "the last command" if by_commands else "the create (its commands are not activity)"
+    created = time.monotonic()
     with ctx.own_sandbox(idle_timeout_seconds=IDLE_SECONDS) as handle:
         first = ctx.backend.exec(handle, ["true"], timeout=30)
         if first.exit_code != 0:
             raise CannotRun(f"a first command failed: {first.error or first.exit_code}")
-        active = time.monotonic()
+        active = time.monotonic() if by_commands else created
         gone = _wait_gone(ctx, handle, active + IDLE_SECONDS + REAP_SLACK)
         if gone is None:
             return fail(
                 f"idle timeout {IDLE_SECONDS}s: still there {IDLE_SECONDS + REAP_SLACK:.0f}s "
-                "after the last command"
+                f"after {since}"
             )
         after = gone - active
-        text = f"idle timeout {IDLE_SECONDS}s: reaped {after:.1f}s after the last command"
+        text = f"idle timeout {IDLE_SECONDS}s: reaped {after:.1f}s after {since}"
         if after < IDLE_SECONDS - EARLY:
             return fail(f"reaped too early: {text}")
         return ok(text)
