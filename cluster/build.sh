@@ -24,17 +24,24 @@ wrapped_build() {
   mv "$out.partial" "$out"
 }
 
-build_kubernetes() {
-  local out=$CACHE/kubernetes-$KUBERNETES_VERSION
-  [[ -x $out/kubelet ]] && { log "kubernetes $KUBERNETES_VERSION cached"; return; }
-  log "building kubernetes $KUBERNETES_VERSION (first time: several minutes on 2 cores)"
+# kubernetes_build OUT PKG... : packages of k8s.io/kubernetes at KUBERNETES_VERSION, with
+# the version stamp `kubectl version` and the kubelet report.
+kubernetes_build() {
+  local out=$1; shift
   local v=${KUBERNETES_VERSION#v} minor; minor=$(cut -d. -f2 <<<"$v")
   local ld="-s -w"
   for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
     ld+=" -X $pkg.gitVersion=$KUBERNETES_VERSION -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor"
     ld+=" -X $pkg.gitTreeState=clean -X $pkg.buildDate=1970-01-01T00:00:00Z"
   done
-  wrapped_build "$out" k8s.io/kubernetes "$KUBERNETES_VERSION" "v0.${v#1.}" "$ld" \
+  wrapped_build "$out" k8s.io/kubernetes "$KUBERNETES_VERSION" "v0.${v#1.}" "$ld" "$@"
+}
+
+build_kubernetes() {
+  local out=$CACHE/kubernetes-$KUBERNETES_VERSION
+  [[ -x $out/kubelet ]] && { log "kubernetes $KUBERNETES_VERSION cached"; return; }
+  log "building kubernetes $KUBERNETES_VERSION (first time: several minutes on 2 cores)"
+  kubernetes_build "$out" \
     k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager \
     k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubelet \
     k8s.io/kubernetes/cmd/kube-proxy k8s.io/kubernetes/cmd/kubectl
@@ -46,13 +53,7 @@ build_kubeadm() {
   local out=$CACHE/kubeadm-$KUBERNETES_VERSION
   [[ -x $out/kubeadm ]] && { log "kubeadm $KUBERNETES_VERSION cached"; return; }
   log "building kubeadm $KUBERNETES_VERSION"
-  local v=${KUBERNETES_VERSION#v} minor; minor=$(cut -d. -f2 <<<"$v")
-  local ld="-s -w"
-  for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
-    ld+=" -X $pkg.gitVersion=$KUBERNETES_VERSION -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor"
-    ld+=" -X $pkg.gitTreeState=clean -X $pkg.buildDate=1970-01-01T00:00:00Z"
-  done
-  wrapped_build "$out" k8s.io/kubernetes "$KUBERNETES_VERSION" "v0.${v#1.}" "$ld" \
+  kubernetes_build "$out" \
     k8s.io/kubernetes/cmd/kubeadm
 }
 

@@ -24,7 +24,7 @@ from mcp import Client as McpClient
 from mcp import StdioServerParameters
 from mcp.types import CallToolResult
 
-from openblox.models import parse_quantity
+from tests.cluster.capacity import require_sandbox_room
 from tests.cluster.kube import Kube
 from tests.cluster.sandboxes import get_sandbox, opted_in_namespace, wait_for
 
@@ -36,44 +36,12 @@ import sys, urllib.request
 with urllib.request.urlopen(sys.argv[1], timeout=5) as response:
     print(response.read().decode())
 """
-# One sandbox of the shipped code-exec profile asks the scheduler for this much.
-SANDBOX_CPU_M, SANDBOX_MEMORY_MIB = 505, 544
 
 
 @pytest.fixture(scope="module")
 def mcp_ns(operator: Kube) -> Iterator[str]:
     with opted_in_namespace(operator, "t-mcp") as name:
         yield name
-
-
-def require_room(kube: Kube, sandboxes: int = 1) -> None:
-    """Skip, saying what is missing, when the node cannot schedule `sandboxes` more."""
-    nodes = json.loads(kube.kubectl("get", "nodes", "-o", "json").stdout)["items"]
-    pods = json.loads(
-        kube.kubectl(
-            "get",
-            "pods",
-            "-A",
-            "--field-selector=status.phase!=Succeeded,status.phase!=Failed",
-            "-o",
-            "json",
-        ).stdout
-    )["items"]
-    cpu = sum(float(parse_quantity(n["status"]["allocatable"]["cpu"])) for n in nodes) * 1000
-    memory = sum(float(parse_quantity(n["status"]["allocatable"]["memory"])) for n in nodes)
-    for pod in pods:
-        if not pod["spec"].get("nodeName"):
-            continue
-        requests = [c.get("resources", {}).get("requests", {}) for c in pod["spec"]["containers"]]
-        for request in [*requests, pod["spec"].get("overhead") or {}]:
-            cpu -= float(parse_quantity(str(request.get("cpu", "0")))) * 1000
-            memory -= float(parse_quantity(str(request.get("memory", "0"))))
-    need_cpu, need_memory = sandboxes * SANDBOX_CPU_M, sandboxes * SANDBOX_MEMORY_MIB
-    if cpu < need_cpu or memory / 2**20 < need_memory:
-        pytest.skip(
-            f"the node has {cpu:.0f}m CPU and {memory / 2**20:.0f} MiB unrequested; "
-            f"{sandboxes} sandbox(es) need {need_cpu}m and {need_memory} MiB"
-        )
 
 
 def server(kube: Kube, namespace: str, *extra: str, pidfile: Path | None = None) -> McpClient:
@@ -114,7 +82,7 @@ def sandbox_names(kube: Kube, namespace: str) -> set[str]:
 
 
 def test_run_denial_loop_files_and_bad_input_over_stdio(operator: Kube, mcp_ns: str) -> None:
-    require_room(operator)
+    require_sandbox_room(operator, "code-exec")
     before = sandbox_names(operator, mcp_ns)
     made: list[str] = []
 
@@ -256,7 +224,7 @@ def page(host: str, path: str) -> bytes | None:
 def test_a_background_server_is_reached_through_the_preview_link(
     operator: Kube, mcp_ns: str
 ) -> None:
-    require_room(operator)
+    require_sandbox_room(operator, "code-exec")
     proxy = operator.get("service", "openblox-preview", "openblox-system")["spec"]["clusterIP"]
 
     async def session() -> None:
@@ -309,7 +277,7 @@ def test_a_background_server_is_reached_through_the_preview_link(
 def test_a_killed_server_leaves_no_sandbox_past_its_idle_timeout(
     operator: Kube, mcp_ns: str, tmp_path: Path
 ) -> None:
-    require_room(operator)
+    require_sandbox_room(operator, "code-exec")
     idle = 15
     pidfile = tmp_path / "server.pid"
     sandbox: dict[str, str] = {}
@@ -350,7 +318,7 @@ def test_a_killed_server_leaves_no_sandbox_past_its_idle_timeout(
 def test_a_reaped_sandbox_is_a_clear_error_and_the_next_call_starts_fresh(
     operator: Kube, mcp_ns: str
 ) -> None:
-    require_room(operator)
+    require_sandbox_room(operator, "code-exec")
     idle = 6
 
     async def session() -> None:

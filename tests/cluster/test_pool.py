@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from openblox.models import parse_quantity
+from tests.cluster.capacity import Requests, require_room
 from tests.cluster.kube import Kube
 from tests.cluster.sandboxes import (
     OPERATOR_SA,
@@ -43,30 +43,9 @@ SMALL = {"cpu": f"{CPU_M}m", "memory": "96Mi", "scratch": "16Mi"}
 
 
 def require_capacity(kube: Kube, pods: int) -> None:
-    """Skip-free: fail with what is missing if the node cannot hold `pods` more small pods."""
-    nodes = json.loads(kube.kubectl("get", "nodes", "-o", "json").stdout)["items"]
-    allocatable = sum(float(parse_quantity(n["status"]["allocatable"]["cpu"])) for n in nodes)
-    live = json.loads(
-        kube.kubectl(
-            "get",
-            "pods",
-            "-A",
-            "--field-selector=status.phase!=Succeeded,status.phase!=Failed",
-            "-o",
-            "json",
-        ).stdout
-    )["items"]
-    used = 0.0
-    for pod in live:
-        requests = [c.get("resources", {}).get("requests", {}) for c in pod["spec"]["containers"]]
-        requests.append(pod["spec"].get("overhead") or {})
-        used += sum(float(parse_quantity(str(r.get("cpu", "0")))) for r in requests)
-    needed = pods * (CPU_M + 5) / 1000
-    free = allocatable - used
-    assert free >= needed, (
-        f"the node has {free * 1000:.0f}m CPU unrequested; this test needs {needed * 1000:.0f}m "
-        f"for {pods} pods of {CPU_M}m (other sandboxes are running)"
-    )
+    """Fail with what is missing unless the nodes can hold `pods` more small pods (their
+    CPU request and the RuntimeClass's 5m overhead; memory is not what runs out first)."""
+    require_room(kube, Requests(cpu_millis=CPU_M + 5), pods, f"{pods} pods of {CPU_M}m")
 
 
 @contextmanager
