@@ -8,7 +8,7 @@ import time
 from typing import Any
 
 from openblox.conformance.backend import ExecOutcome, Handle
-from openblox.conformance.canaries import NET
+from openblox.conformance.canaries import NET, Canaries
 from openblox.conformance.checks.registry import check
 from openblox.conformance.context import CannotRun, Context, Verdict, fail, ok, volume_medium
 from openblox.conformance.probes import PROBE, source
@@ -185,29 +185,46 @@ def scratch_capped(ctx: Context) -> Verdict:
     return ok(f"{text}: memory-backed, so the node's disk is untouched")
 
 
+def _one_core_rate(canaries: Canaries) -> float:
+    """Iterations per second of one busy process in an unlimited canary pod."""
+    out = canaries.run_in(
+        NET,
+        ["python3", "-c", source(PROBE), "cpu", json.dumps({"workers": 1, "seconds": 2})],
+    )
+    baseline = json.loads(out.decode().strip().splitlines()[-1])
+    return float(baseline["iterations"]) / float(baseline["seconds"])
+
+
 @check("RES-004")
 def cpu_bounded(ctx: Context) -> Verdict:
     handle = ctx.sandbox()
     limit = handle.limits.cpu_millis
     canaries = ctx.canaries()
-    baseline_out = canaries.run_in(
-        NET,
-        ["python3", "-c", source(PROBE), "cpu", json.dumps({"workers": 1, "seconds": 2})],
-    )
-    baseline = json.loads(baseline_out.decode().strip().splitlines()[-1])
-    per_core = baseline["iterations"] / baseline["seconds"]
     workers, seconds = 4, 4.0
-    result = ctx.probe("cpu", {"workers": workers, "seconds": seconds}, timeout=60)
-    cores = result["iterations"] / (per_core * seconds)
-    text = (
-        f"{workers} busy processes for {seconds:.0f}s got the work of {cores:.2f} cores "
-        f"(one unlimited core on the node as baseline; child CPU time "
-        f"{result['child_cpu_seconds']}s; cpu.max {result.get('cpu_max')}); declared "
-        + (f"{limit}m" if limit else "no limit")
-    )
+    bound = (limit or 0) / 1000 * 1.5 + 0.15
+    tries: list[str] = []
+    # The baseline is one unlimited core measured just before and just after the sandbox's
+    # run, and the faster of the two is used: on a node whose load changes between the
+    # measurements, a slow baseline would make a capped sandbox look uncapped. A second
+    # try only on a first result above the bound; a sandbox without a cap exceeds it on
+    # both, by far (four busy processes on a node of two or more cores).
+    for _ in range(2):
+        before = _one_core_rate(canaries)
+        result = ctx.probe("cpu", {"workers": workers, "seconds": seconds}, timeout=60)
+        per_core = max(before, _one_core_rate(canaries))
+        cores = result["iterations"] / (per_core * seconds)
+        tries.append(
+            f"{workers} busy processes for {seconds:.0f}s got the work of {cores:.2f} cores "
+            f"(one unlimited core on the node as baseline; child CPU time "
+            f"{result['child_cpu_seconds']}s; cpu.max {result.get('cpu_max')})"
+        )
+        if limit is None or cores <= bound:
+            break
+    declared = f"declared {limit}m" if limit else "declared no limit"
+    text = "; then ".join(tries) + f"; {declared}"
     if limit is None:
         return fail(f"no CPU limit declared: {text}")
-    if cores > limit / 1000 * 1.5 + 0.15:
+    if cores > bound:
         return fail(f"above the declared share: {text}")
     return ok(text)
 
