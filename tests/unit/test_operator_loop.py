@@ -266,6 +266,68 @@ def test_a_pending_pod_is_looked_at_again_later_not_on_a_timer() -> None:
     assert len(reconciler.requeue) == 0
 
 
+def _evicted_from_a_lost_node(name: str, deleted: datetime) -> dict[str, Any]:
+    """A pod the taint manager deleted that its (lost) node never finished: still Running."""
+    return {
+        "metadata": {
+            "name": name,
+            "namespace": "team-a",
+            "uid": "p1",
+            "deletionTimestamp": deleted.strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "ownerReferences": [{"uid": SANDBOX_UID, "controller": True}],
+        },
+        "spec": {"nodeName": "worker"},
+        "status": {
+            "phase": "Running",
+            "conditions": [
+                {"type": "Ready", "status": "False"},
+                {"type": "ContainersReady", "status": "True"},
+                {"type": "DisruptionTarget", "status": "True", "reason": "DeletionByTaintManager"},
+            ],
+        },
+    }
+
+
+@pytest.mark.parametrize("pod_of", [pod_name, lambda _sandbox: "pool-a.x7k2p"])
+def test_a_pod_left_on_a_lost_node_is_released_when_its_grace_is_over(
+    pod_of: Any,
+) -> None:
+    """The release comes from the requeue the Terminating pod asked for, keyed by the
+    Sandbox (a warm pod keeps its pool's name), not from the next resync minutes later."""
+    kube = FakeKube()
+    moment = [NOW]
+    ticks = [0.0]
+    requeue = Requeue(clock=lambda: ticks[0])
+    watched, cache = Watched(), SandboxCache()
+    profiles = ProfileStore()
+    profiles.update({"code-exec": DEFAULT_PROFILE_YAML})
+    reconciler = Reconciler(
+        kube,  # type: ignore[arg-type]
+        profiles,
+        EventRecorder(kube, "test"),  # type: ignore[arg-type]
+        Settings(network_policy_enforced=False),
+        clock=lambda: moment[0],
+        watched=watched,
+        cache=cache,
+        requeue=requeue,
+    )
+    _watch_everything(watched)
+    sandbox = _cached(cache)
+    name = pod_of(sandbox)
+    watched.pod_seen(_evicted_from_a_lost_node(name, NOW - timedelta(seconds=2)))
+
+    reconciler.reconcile(sandbox, "pod")
+
+    assert _ready(cache) == ("False", "NodeLost")
+    assert not any(method == "DELETE" for method, _ in kube.take())
+    assert requeue.pop_due() == []
+    ticks[0] += 14.5
+    moment[0] += timedelta(seconds=14.5)
+    assert requeue.pop_due() == [("team-a", "demo")]
+    reconciler.reconcile(sandbox, "requeue")
+    assert ("DELETE", f"/api/v1/namespaces/team-a/pods/{name}") in kube.take()
+
+
 def test_a_failed_reconcile_is_retried_by_the_loop() -> None:
     kube, reconciler, _watched, cache = _watched_operator()
     kube.errors[("POST", "/api/v1/namespaces/team-a/pods")] = 500
