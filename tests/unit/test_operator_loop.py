@@ -536,3 +536,27 @@ def test_a_namespace_being_deleted_is_not_an_error_to_retry() -> None:
     reconciler.reconcile(sandbox, "sandbox")
     assert metrics.RECONCILE_ERRORS._value.get() == errors
     assert len(reconciler.requeue) == 0
+
+
+def test_a_pod_whose_node_stopped_answering_is_not_probed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An exec into a pod on a node that stopped answering hangs until its timeout, and
+    would hold the Sandbox's next reconcile (the eviction's) back with it."""
+    from openblox.controller import reconcile as reconcile_module
+
+    probed: list[str] = []
+    monkeypatch.setattr(
+        reconcile_module, "probe_boundary", lambda _kube, _ns, name, _kernel: probed.append(name)
+    )
+    kube, reconciler, watched, cache = _watched_operator()
+    kube.objects["/api/v1/nodes/worker"] = {"status": {"nodeInfo": {"kernelVersion": "6.1.0"}}}
+    sandbox = _cached(cache)
+    pod = _evicted_from_a_lost_node(pod_name(sandbox), NOW)
+    del pod["metadata"]["deletionTimestamp"]
+    pod["status"]["conditions"] = pod["status"]["conditions"][:2]  # marked, not yet evicted
+    watched.pod_seen(pod)
+    watched.container_started("p1")
+
+    reconciler.reconcile(sandbox, "pod")
+
+    assert probed == []
+    assert _ready(cache) == ("False", "NodeLost")

@@ -253,6 +253,11 @@ class Reconciler:
             since = (now - _parse_time(deleted)).total_seconds()
             self.requeue.after(key, max(LOST_NODE_GRACE_SECONDS - since, 0) + 1)
             return on_node, profile, pod
+        if on_node.node_problem is not None:
+            # Its node stopped answering: a boundary probe would hang on the exec until
+            # its timeout, holding this Sandbox's reconciles (and the eviction's event)
+            # back. The eviction that follows brings the next reconcile.
+            return on_node, profile, pod
         if state.terminated:
             ended = pod_denial(pod, profile=profile.name, now=now)
             self._replace_dead_pod(sandbox, pod, state, ended)
