@@ -61,7 +61,11 @@ class FakeKube:
             # The API server answers with the whole Sandbox, status patched.
             name = target.split("/")[-2]
             return {**self.objects.get(target, sandbox_body(name=name, uid=_uid(name))), **body}
-        if method == "PATCH" and target.startswith("/api/v1/namespaces/"):
+        if (
+            method == "PATCH"
+            and target.startswith("/api/v1/namespaces/")
+            and target.count("/") == 4
+        ):
             current = self.objects.get(target, {"metadata": {}})
             labels = {**current["metadata"].get("labels", {}), **body["metadata"]["labels"]}
             self.objects[target] = {"metadata": {**current["metadata"], "labels": labels}}
@@ -560,3 +564,49 @@ def test_a_pod_whose_node_stopped_answering_is_not_probed(monkeypatch: pytest.Mo
 
     assert probed == []
     assert _ready(cache) == ("False", "NodeLost")
+
+
+def test_a_probed_pod_carries_its_boundary_so_the_next_leader_does_not_probe_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from openblox.controller import reconcile as reconcile_module
+
+    probed: list[str] = []
+
+    def probe(_kube: Any, _namespace: str, name: str, _kernel: str) -> str:
+        probed.append(name)
+        return "gvisor"
+
+    monkeypatch.setattr(reconcile_module, "probe_boundary", probe)
+    kube, reconciler, watched, cache = _watched_operator()
+    kube.objects["/api/v1/nodes/worker"] = {"status": {"nodeInfo": {"kernelVersion": "6.1.0"}}}
+    sandbox = _cached(cache)
+    name = pod_name(sandbox)
+    pod_path = f"/api/v1/namespaces/team-a/pods/{name}"
+    ready = [{"type": "Ready", "status": "True"}, {"type": "ContainersReady", "status": "True"}]
+    pod = {
+        "metadata": {
+            "name": name,
+            "namespace": "team-a",
+            "uid": "p1",
+            "ownerReferences": [{"uid": SANDBOX_UID, "controller": True}],
+        },
+        "spec": {"nodeName": "worker"},
+        "status": {"phase": "Running", "conditions": ready},
+    }
+    kube.objects[pod_path] = pod
+    watched.pod_seen(pod)
+
+    reconciler.reconcile(sandbox, "pod")
+
+    assert probed == [name]
+    assert ("PATCH", pod_path) in kube.take()
+    # The next leader: no memory of the probe, only the pod as its watch shows it.
+    successor, successor_watched, successor_cache = _operator(kube)
+    _watch_everything(successor_watched)
+    successor_watched.pod_seen(
+        {**pod, "metadata": {**pod["metadata"], "annotations": {"openblox.sh/boundary": "gvisor"}}}
+    )
+    successor.reconcile(_cached(successor_cache), "takeover")
+    assert probed == [name]
+    assert _ready(successor_cache) == ("True", "Ready")

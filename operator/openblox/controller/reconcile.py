@@ -465,7 +465,33 @@ class Reconciler:
                     self.requeue.after(key, PROBE_RETRY_SECONDS)
                 return None
             self._boundaries[uid] = observed
+            if key is not None and observed in ("gvisor", "kata"):
+                self._record_boundary(pod, observed)
         return self._boundaries[uid]
+
+    def _record_boundary(self, pod: Mapping[str, Any], observed: Boundary) -> None:
+        """Write the probe's result on the pod, as the pool keeper does for a warm pod, so
+        a replica that takes the Lease later trusts it instead of probing every pod again
+        (a probe of a pod whose node has just frozen hangs until its timeout, and holds
+        that Sandbox's reconciles, its NodeLost report among them, back meanwhile)."""
+        metadata = pod["metadata"]
+        try:
+            annotated = self._kube.patch(
+                path(plural="pods", namespace=metadata["namespace"], name=metadata["name"]),
+                # The uid is a precondition: a pod made since under the same name (a cold
+                # pod's name is its Sandbox's) is not probed, so it gets no record.
+                {
+                    "metadata": {
+                        "uid": metadata["uid"],
+                        "annotations": {ANNOTATION_BOUNDARY: observed},
+                    }
+                },
+            )
+        except Exception as error:
+            if not (is_not_found(error) or is_conflict(error)):
+                raise
+            return
+        self.watched.pod_seen(annotated)
 
     def _node_kernel(self, node: str) -> str:
         if node not in self._node_kernels:
