@@ -181,10 +181,9 @@ def test_losing_the_lease_holders_node_hands_over_and_replaces_its_sandbox(
             assert time.monotonic() - frozen <= HANDOVER_SECONDS + POLL_SLACK_SECONDS
             assert taken_by == standby
 
-            # The new holder reconciles: a new Sandbox gets a pod (on the control plane,
-            # the one gVisor node left), and the survivor keeps running commands.
+            # The new holder reconciles: a new Sandbox gets a pod, and the survivor keeps
+            # running commands. The Sandbox on the frozen node is watched from here on.
             kube.apply(sandbox("after-loss", namespace))
-            wait_reason(kube, "after-loss", namespace, "Ready", POD_START_SECONDS)
             run = _openblox(
                 kube, namespace, "exec", "survivor", "--", "python3", "-c", "print(6*7)"
             )
@@ -234,6 +233,18 @@ def test_losing_the_lease_holders_node_hands_over_and_replaces_its_sandbox(
             assert "PodPending" not in reasons[: reasons.index("NodeLost")], reasons
             run = _openblox(kube, namespace, "exec", "survivor", "--", "true")
             assert run.returncode == 0, run.stderr
+            # The scheduler may have placed the new Sandbox on the frozen node too (it was
+            # not NotReady yet); then it was evicted and replaced the same way.
+            wait_reason(
+                kube,
+                "after-loss",
+                namespace,
+                "Ready",
+                NODE_MONITOR_GRACE_SECONDS
+                + NODE_LOSS_TOLERATION_SECONDS
+                + LOST_NODE_GRACE_SECONDS
+                + POD_START_SECONDS,
+            )
 
         # The node is back: its kubelet finishes the evicted pod, and both replicas run.
         wait_for(
