@@ -33,11 +33,16 @@ def summarize_run(
     run started and once its last claim returned, `seconds` the time between the two: the
     pods the keeper made warm meanwhile are the warm claims plus the rise in the level."""
     done = [c for c in claims if c.ms is not None]
+    times = [c.ms for c in done if c.ms is not None]
     warm = [c for c in done if c.warm]
     cold = [c for c in done if not c.warm]
     first_dry = min((c.offset for c in cold), default=None)
-    before_dry = [c.ms for c in warm if first_dry is None or c.offset < first_dry]
-    after_dry = [c.ms for c in done if first_dry is not None and c.offset >= first_dry]
+    before_dry = [
+        c.ms for c in warm if c.ms is not None and (first_dry is None or c.offset < first_dry)
+    ]
+    after_dry = [
+        c.ms for c in done if c.ms is not None and first_dry is not None and c.offset >= first_dry
+    ]
     refilled = len(warm) + warm_after - warm_before
     return {
         "claims": len(claims),
@@ -46,13 +51,13 @@ def summarize_run(
         "cold": len(cold),
         "first_dry_s": round(first_dry, 1) if first_dry is not None else None,
         "refill_per_s": round(refilled / seconds, 2) if seconds > 0 else None,
-        "p50": _p([c.ms for c in done if c.ms is not None], 50),
-        "p95": _p([c.ms for c in done if c.ms is not None], 95),
-        "p99": _p([c.ms for c in done if c.ms is not None], 99),
+        "p50": _p(times, 50),
+        "p95": _p(times, 95),
+        "p99": _p(times, 99),
         "p50_before_dry": _p(before_dry, 50),
         "p99_before_dry": _p(before_dry, 99),
-        "p50_after_dry": _p([ms for ms in after_dry if ms is not None], 50),
-        "p99_after_dry": _p([ms for ms in after_dry if ms is not None], 99),
+        "p50_after_dry": _p(after_dry, 50),
+        "p99_after_dry": _p(after_dry, 99),
     }
 
 

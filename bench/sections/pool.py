@@ -49,7 +49,11 @@ RATES = (1.0, 2.0, 5.0)
 SIZES = (20, 5)
 # Claims waiting at once before a sustained run stops issuing more.
 MAX_IN_FLIGHT = 20
-GROUP = {"group": "pool", "group_title": "Warm claim vs cold create, create→Ready", "log": True}
+GROUP: dict[str, Any] = {
+    "group": "pool",
+    "group_title": "Warm claim vs cold create, create→Ready",
+    "log": True,
+}
 
 
 def _set_pool(kube: Kube, namespace: str, size: int | None) -> None:
@@ -318,17 +322,17 @@ def run(ctx: Any, section: Section) -> None:
     _set_pool(kube, ns_warm, None)
 
     for size, runs in held.items():
-        rate = sustained_rate(runs)
+        best = sustained_rate(runs)
         refill = max((s["refill_per_s"] or 0.0) for _, s in runs)
         section.figure(
             f"pool.sustained.pool{size}",
             f"highest rate tried with no claim finding the pool of {size} empty",
             "claims/s",
-            value=rate,
+            value=best,
             higher_is_better=True,
             headline=True,
             notes=f"the keeper made at most {refill:.2f} pods/s warm in any run"
-            + ("; the pool ran dry at every rate tried" if rate is None else ""),
+            + ("; the pool ran dry at every rate tried" if best is None else ""),
         )
     section.table(
         "Sustained claims, each Sandbox deleted once Ready",
