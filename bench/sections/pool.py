@@ -194,10 +194,14 @@ def _docker_creates(ctx: Any, section: Section, count: int) -> list[float]:
     for index in range(count):
         name = f"obx-bench-pool-{ctx.run_id}-{index}"
         started = time.monotonic()
-        docker.run(
-            *docker_mod.idle_container(name, "pool", memory="96m", cpus="0.5"),
-            timeout=READY_TIMEOUT,
-        )
+        try:
+            docker.run(
+                *docker_mod.idle_container(name, "pool", memory="96m", cpus="0.5"),
+                timeout=READY_TIMEOUT,
+            )
+        except RuntimeError as error:
+            section.notes.append(f"docker run failed: {str(error)[:200]}")
+            break
         samples.append((time.monotonic() - started) * 1000)
         with contextlib.suppress(RuntimeError):
             docker.run("rm", "-f", name, timeout=120)
