@@ -130,6 +130,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="live sandboxes the scaling section aims for (default 200)",
     )
     parser.add_argument(
+        "--density-max",
+        type=int,
+        default=50,
+        help="idle code-exec Sandboxes the density section aims for (default 50)",
+    )
+    parser.add_argument(
         "--reserve-cpu",
         type=int,
         default=510,

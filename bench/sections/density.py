@@ -178,8 +178,8 @@ def run(ctx: Any, section: Section) -> None:
     cpu_m, memory_mib, how = _pod_requests(kube)
     section.notes.append(f"{PROFILE} as the scheduler counts it: {how}")
     docker = _docker_baseline(ctx, section, ctx.n(10, 2))
-    target = max(POINTS) if not ctx.quick else 3
-    points = [p for p in POINTS if p <= target] if not ctx.quick else [1, 3]
+    target = ctx.args.density_max if not ctx.quick else 3
+    points = sorted({p for p in POINTS if p <= target} | {target}) if not ctx.quick else [1, 3]
     start = node_capacity(kube)
     ramp = Ramp(ctx, cpu_m, memory_mib)
     measured: list[dict[str, Any]] = []
@@ -261,7 +261,7 @@ def _record(
         value=len(ramp.live),
         higher_is_better=True,
         headline=True,
-        notes=f"stopped by {ramp.stopped}" if ramp.stopped else f"reached the aim of {max(POINTS)}",
+        notes=f"stopped by {ramp.stopped}" if ramp.stopped else "reached the aim of the run",
     )
     if ramp.latencies:
         section.figure(
