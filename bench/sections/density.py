@@ -192,9 +192,10 @@ def run(ctx: Any, section: Section) -> None:
                 ctx.log(f"density: {len(ramp.live)} live, {ramp.stopped or 'ok'}")
             if not reached:
                 break
+        _record(section, ramp, measured, docker, start)
     finally:
-        delete_namespace(kube, ramp.namespace, wait=300)
-    _record(section, ramp, measured, docker, start)
+        # Recorded first: a run cut short while the namespace goes keeps its figures.
+        delete_namespace(kube, ramp.namespace, wait=120)
     if not measured:
         section.status = "failed"
         section.error = f"no code-exec Sandbox became Ready: {ramp.stopped or ramp.failures}"
