@@ -47,6 +47,29 @@ OPENBLOX_FLAGS = [
 ]
 
 
+def idle_container(name: str, label: str, *, memory: str, cpus: str) -> list[str]:
+    """`docker run -d` arguments for an idle container with openblox's flags and limits
+    (memory without swap), labelled for the benchmark's clean-up."""
+    return [
+        "run",
+        "-d",
+        "--name",
+        name,
+        "--label",
+        f"openblox.bench={label}",
+        *OPENBLOX_FLAGS,
+        "--memory",
+        memory,
+        "--memory-swap",
+        memory,
+        "--cpus",
+        cpus,
+        env.SANDBOX_IMAGE,
+        "sleep",
+        "infinity",
+    ]
+
+
 def _iptables_rules() -> int | None:
     try:
         out = subprocess.run(["iptables-save"], capture_output=True, check=True, timeout=30)
@@ -147,11 +170,21 @@ class Docker:
             with contextlib.suppress(RuntimeError):
                 self.run("rm", "-f", *ids, timeout=300)
 
+    def _others(self) -> bool:
+        """True unless the daemon answers with no containers at all (or cannot be asked)."""
+        try:
+            return bool(self.run("ps", "-aq").split())
+        except (RuntimeError, OSError, subprocess.TimeoutExpired):
+            return True
+
     def stop(self) -> None:
         """Removes the benchmark's containers; stops dockerd only if this object started it
-        (a kind cluster on the same daemon keeps running otherwise)."""
+        and nothing else runs on it (a kind cluster started meanwhile keeps running)."""
         with contextlib.suppress(RuntimeError, OSError, subprocess.TimeoutExpired):
             self.remove_all()
+        if self._started and self._others():
+            self.notes.append("dockerd left running: containers other than the benchmark's")
+            self._started = False
         if self._started:
             with contextlib.suppress(RuntimeError, OSError, subprocess.TimeoutExpired):
                 env.run([str(DOCKER_SCRIPT), "stop"], timeout=120)

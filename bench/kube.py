@@ -39,17 +39,26 @@ BENCH_LABEL = "openblox.sh/bench"
 ADMISSION_CONFIGMAP = "openblox-profile-admission"
 
 # Profiles the benchmark adds to openblox-profiles for its run (and removes at the end).
-# Sandbox pods have requests == limits (Guaranteed QoS), and the gvisor RuntimeClass adds
-# a fixed overhead of 5m CPU and 32Mi memory per pod. The Sentry runs inside the pod's
-# CPU limit, so a limit of a few millicores throttles its boot to tens of seconds.
+# Sandbox pods have requests == limits (Guaranteed QoS) unless a profile sets cpuRequest
+# (Burstable), and the gvisor RuntimeClass adds a fixed overhead of 5m CPU and 32Mi memory
+# per pod. The Sentry runs inside the pod's CPU limit, so a limit of a few millicores
+# throttles its boot to tens of seconds.
 
 
-def profile_yaml(cpu: str, memory: str, scratch: str = "16Mi", runtime: str = "gvisor") -> str:
+def profile_yaml(
+    cpu: str,
+    memory: str,
+    scratch: str = "16Mi",
+    runtime: str = "gvisor",
+    cpu_request: str | None = None,
+) -> str:
+    request = f"cpuRequest: {cpu_request}, " if cpu_request else ""
     return (
         f"image: {env.SANDBOX_IMAGE}\n"
         f"runtimeClassName: {runtime}\n"
         + ("unsafe: true\n" if runtime != "gvisor" else "")
-        + f"resources: {{cpu: {cpu}, memory: {memory}, scratch: {scratch}, processes: 128}}\n"
+        + f"resources: {{cpu: {cpu}, {request}memory: {memory}, scratch: {scratch}, "
+        "processes: 128}\n"
         "exec: {timeoutSeconds: 60, outputBytes: 1048576}\n"
         "lifetime: {idleTimeoutSeconds: 3600, maxAgeSeconds: 3600}\n"
     )
@@ -70,10 +79,11 @@ IDLE_PROFILE_YAML = profile_yaml("10m", "64Mi", scratch="8Mi")
 # on a node where 1,000 pods never could.
 NOPOD_PROFILE = "bench-nopod"
 NOPOD_PROFILE_YAML = profile_yaml("1m", "64Mi", scratch="8Mi", runtime="openblox-bench-none")
-# For warm pools: a claim boots nothing, so its time does not depend on the CPU limit;
-# small, so a pool of 20 and its refill fit beside other sessions' pods.
+# For warm pools: Burstable like the shipped code-exec (limit 500m, a small request), so a
+# cold create and a refill boot at code-exec's speed while a pool of 20 and its refill
+# still fit beside other sessions' pods; small memory for the same reason.
 POOL_PROFILE = "bench-pool"
-POOL_PROFILE_YAML = profile_yaml("25m", "96Mi", scratch="8Mi")
+POOL_PROFILE_YAML = profile_yaml("500m", "96Mi", scratch="8Mi", cpu_request="25m")
 BENCH_PROFILES = {
     SMALL_PROFILE: SMALL_PROFILE_YAML,
     POOL_PROFILE: POOL_PROFILE_YAML,

@@ -21,6 +21,7 @@ from bench.sections import (
     client_library,
     cluster_up,
     create,
+    density,
     exec_latency,
     files,
     jobs,
@@ -45,6 +46,7 @@ SECTIONS: dict[str, ModuleType] = {
     "mcp": mcp_latency,
     "jobs": jobs,
     "operator": operator_cost,
+    "density": density,
     "memory": scaling,
     "scaling": scaling,
     "cluster-up": cluster_up,
@@ -126,6 +128,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         type=int,
         default=200,
         help="live sandboxes the scaling section aims for (default 200)",
+    )
+    parser.add_argument(
+        "--density-max",
+        type=int,
+        default=50,
+        help="idle code-exec Sandboxes the density section aims for (default 50)",
     )
     parser.add_argument(
         "--reserve-cpu",

@@ -29,6 +29,7 @@ def summarize(samples: Sequence[float]) -> dict[str, Any]:
         "n": len(values),
         "p50": percentile(values, 50),
         "p95": percentile(values, 95),
+        "p99": percentile(values, 99),
         "mean": statistics.fmean(values),
         "min": min(values),
         "max": max(values),

@@ -79,22 +79,7 @@ class Harness:
         if kind == "docker_runsc":
             started = time.monotonic()
             self.docker.run(
-                "run",
-                "-d",
-                "--name",
-                name,
-                "--label",
-                "openblox.bench=create",
-                *docker_mod.OPENBLOX_FLAGS,
-                "--memory",
-                "128m",
-                "--memory-swap",
-                "128m",
-                "--cpus",
-                "0.1",
-                env.SANDBOX_IMAGE,
-                "sleep",
-                "infinity",
+                *docker_mod.idle_container(name, "create", memory="128m", cpus="0.1"),
                 timeout=READY_TIMEOUT,
             )
             return {"total": (time.monotonic() - started) * 1000}

@@ -121,24 +121,7 @@ def methods(ctx: Any, section: Section) -> dict[str, tuple[str, Callable[[list[s
         section.notes.append(f"docker exec not measured: {docker.problem}")
     else:
         name = f"obx-bench-exec-{rid}"
-        docker.run(
-            "run",
-            "-d",
-            "--name",
-            name,
-            "--label",
-            "openblox.bench=exec",
-            *docker_mod.OPENBLOX_FLAGS,
-            "--memory",
-            "512m",
-            "--memory-swap",
-            "512m",
-            "--cpus",
-            "0.5",
-            env.SANDBOX_IMAGE,
-            "sleep",
-            "infinity",
-        )
+        docker.run(*docker_mod.idle_container(name, "exec", memory="512m", cpus="0.5"))
         ctx.cleanup(docker.run, "rm", "-f", name)
         found["docker"] = (
             "docker exec (runsc, openblox flags)",

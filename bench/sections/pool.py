@@ -1,26 +1,30 @@
 """Warm claims: create→Ready of a Sandbox handed a pod from a warm pool, beside a cold
-create of the same profile in the same run.
+create of the same profile and `docker run --runtime runsc` in the same run.
 
+- cold: the profile in a namespace no pool serves, one at a time (the baseline);
+- docker: `docker run -d` with openblox's flags and the profile's limits, one at a time;
 - burst: 20 Sandboxes created at once from a pool of 20 (all warm and probed first);
-- sustained: one claim a second for 60 s, each Sandbox deleted once Ready, from a pool of
-  5 and of 20 (each refilled by the operator as it goes);
-- cold: the same profile in a namespace no pool serves, one at a time.
+- sustained: 1, 2 and 5 claims a second for 60 s, each Sandbox deleted once Ready, from a
+  pool of 20 and then of 5, refilled by the operator as it goes. Where the pool runs dry,
+  a claim goes cold; the run reports when that first happened, how fast the keeper made
+  pods warm meanwhile (the rate the node sustains), and what a claim cost after.
 
 Time runs from client.create() being called to it returning (it waits on a watch for
-Ready=True). A claim that found no warm pod goes cold; the run counts those.
+Ready=True).
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import threading
 import time
 from typing import Any
 
 from kubernetes.client.exceptions import ApiException
 
+from bench import docker as docker_mod
 from bench import env
+from bench.claims import Claim, summarize_run, sustained_rate
 from bench.kube import (
     POOL_PROFILE,
     Kube,
@@ -32,12 +36,24 @@ from bench.kube import (
 from bench.results import Section
 from openblox.client import Client
 
-TITLES = {"pool": "Warm pool: claim create→Ready (burst, 1/s sustained) vs cold create"}
+TITLES = {
+    "pool": "Warm pool: claim create→Ready (burst; 1, 2, 5/s sustained) vs cold create and Docker"
+}
 POOLS_PATH = f"/api/v1/namespaces/{env.OPERATOR_NAMESPACE}/configmaps/openblox-pools"
 READY_TIMEOUT = 180.0
 POOL_KEY = "bench-pool"
 # bench-pool pods request 25m + the 5m gVisor overhead.
 POD_CPU_M = 30
+RATES = (1.0, 2.0, 5.0)
+# The larger pool first: shrinking to the smaller one then needs no refill.
+SIZES = (20, 5)
+# Claims waiting at once before a sustained run stops issuing more.
+MAX_IN_FLIGHT = 20
+GROUP: dict[str, Any] = {
+    "group": "pool",
+    "group_title": "Warm claim vs cold create, create→Ready",
+    "log": True,
+}
 
 
 def _set_pool(kube: Kube, namespace: str, size: int | None) -> None:
@@ -70,7 +86,7 @@ def _warm_pods(kube: Kube, namespace: str) -> int:
     )
 
 
-def _wait_warm(kube: Kube, namespace: str, count: int, timeout: float = 600) -> float:
+def _wait_warm(kube: Kube, namespace: str, count: int, timeout: float = 300) -> float:
     started = time.monotonic()
     while time.monotonic() - started < timeout:
         if _warm_pods(kube, namespace) >= count:
@@ -79,25 +95,27 @@ def _wait_warm(kube: Kube, namespace: str, count: int, timeout: float = 600) -> 
     raise TimeoutError(f"the pool did not reach {count} warm pods in {timeout:.0f}s")
 
 
-def _claim(client: Client, name: str) -> tuple[float, bool]:
+def _claim(client: Client, name: str, offset: float) -> Claim:
     started = time.monotonic()
-    sandbox = client.create(POOL_PROFILE, name=name, timeout=READY_TIMEOUT)
-    elapsed = (time.monotonic() - started) * 1000
-    return elapsed, "." in sandbox.pod  # a pool pod's name has a dot; a cold one's cannot
+    try:
+        sandbox = client.create(POOL_PROFILE, name=name, timeout=READY_TIMEOUT)
+    except Exception as error:
+        return Claim(offset, None, False, f"{name}: {type(error).__name__}: {error}"[:300])
+    return Claim(offset, (time.monotonic() - started) * 1000, "." in sandbox.pod)
 
 
-def _burst(client: Client, names: list[str]) -> list[tuple[float, bool] | str]:
-    results: list[tuple[float, bool] | str] = ["not run"] * len(names)
+def _burst(client: Client, names: list[str]) -> list[Claim]:
+    results: list[Claim] = []
     barrier = threading.Barrier(len(names))
+    guard = threading.Lock()
 
-    def one(index: int) -> None:
+    def one(name: str) -> None:
         barrier.wait()
-        try:
-            results[index] = _claim(client, names[index])
-        except Exception as error:
-            results[index] = f"{type(error).__name__}: {error}"
+        claim = _claim(client, name, 0.0)
+        with guard:
+            results.append(claim)
 
-    threads = [threading.Thread(target=one, args=(i,)) for i in range(len(names))]
+    threads = [threading.Thread(target=one, args=(name,)) for name in names]
     for thread in threads:
         thread.start()
     for thread in threads:
@@ -107,35 +125,50 @@ def _burst(client: Client, names: list[str]) -> list[tuple[float, bool] | str]:
 
 def _sustained(
     client: Client, prefix: str, rate: float, seconds: float
-) -> list[tuple[float, bool] | str]:
-    """One claim every 1/rate s, each in its own thread; each Sandbox deleted once Ready."""
+) -> tuple[list[Claim], float | None]:
+    """One claim every 1/rate s, each in its own thread; each Sandbox deleted once Ready.
+
+    Open loop, except that it stops issuing claims once MAX_IN_FLIGHT are waiting: past
+    that the node is not keeping up, and more would only queue Pending pods for minutes.
+    Returns the claims and when it stopped early (None if it ran the whole time).
+    """
     count = int(rate * seconds)
-    results: list[tuple[float, bool] | str] = ["not run"] * count
+    results: list[Claim] = []
+    guard = threading.Lock()
+    in_flight = [0]
     threads = []
+    stopped: float | None = None
+    started = time.monotonic()
 
     def one(index: int) -> None:
         name = f"{prefix}-{index}"
-        try:
-            results[index] = _claim(client, name)
-        except Exception as error:
-            results[index] = f"{type(error).__name__}: {error}"
+        claim = _claim(client, name, time.monotonic() - started)
+        with guard:
+            results.append(claim)
+            in_flight[0] -= 1
         with contextlib.suppress(Exception):
             client.delete(name)
 
-    started = time.monotonic()
     for index in range(count):
         delay = started + index / rate - time.monotonic()
         if delay > 0:
             time.sleep(delay)
+        with guard:
+            if in_flight[0] >= MAX_IN_FLIGHT:
+                stopped = time.monotonic() - started
+                break
+            in_flight[0] += 1
         thread = threading.Thread(target=one, args=(index,))
         thread.start()
         threads.append(thread)
     for thread in threads:
         thread.join()
-    return results
+    return sorted(results, key=lambda c: c.offset), stopped
 
 
-def _delete_all(client: Client, kube: Kube, namespace: str, names: list[str]) -> None:
+def _settle(client: Client, kube: Kube, namespace: str, names: list[str]) -> None:
+    """Deletes the Sandboxes and waits until their pods are gone (they hold CPU requests
+    while they shut down)."""
     for name in names:
         with contextlib.suppress(Exception):
             client.delete(name)
@@ -151,19 +184,60 @@ def _delete_all(client: Client, kube: Kube, namespace: str, names: list[str]) ->
         time.sleep(1)
 
 
+def _docker_creates(ctx: Any, section: Section, count: int) -> list[float]:
+    docker = docker_mod.shared(ctx)
+    if docker.problem:
+        section.notes.append(f"docker baseline not measured: {docker.problem}")
+        return []
+    section.notes.extend(n for n in docker.notes if n not in section.notes)
+    samples = []
+    for index in range(count):
+        name = f"obx-bench-pool-{ctx.run_id}-{index}"
+        started = time.monotonic()
+        try:
+            docker.run(
+                *docker_mod.idle_container(name, "pool", memory="96m", cpus="0.5"),
+                timeout=READY_TIMEOUT,
+            )
+        except RuntimeError as error:
+            section.notes.append(f"docker run failed: {str(error)[:200]}")
+            break
+        samples.append((time.monotonic() - started) * 1000)
+        with contextlib.suppress(RuntimeError):
+            docker.run("rm", "-f", name, timeout=120)
+    return samples
+
+
+def _record(section: Section, key: str, title: str, claims: list[Claim], **extra: Any) -> None:
+    cold = sum(1 for c in claims if c.ms is not None and not c.warm)
+    section.figure(
+        f"pool.{key}",
+        title,
+        "ms",
+        [c.ms for c in claims if c.ms is not None],
+        baseline="pool.cold",
+        label=title,
+        notes=f"{cold} of {len(claims)} found no warm pod and went cold",
+        **GROUP,
+        **extra,
+    )
+
+
 def run(ctx: Any, section: Section) -> None:
     use_bench_profiles(ctx)
     kube: Kube = ctx.kube
     rid = ctx.run_id
     burst = ctx.n(20, 3)
     seconds = ctx.seconds(60.0, 5.0)
-    sizes = (ctx.n(5, 2), ctx.n(20, 3))
+    sizes = SIZES if not ctx.quick else (3, 2)
+    rates = RATES if not ctx.quick else (1.0, 2.0)
     peak = max(burst * 2, max(sizes) + 8)
     free = node_capacity(kube)["cpu_free_m"]
+    section.notes.append(f"{free:.0f}m of CPU requests were free on the node at the start")
     if free < peak * POD_CPU_M:
         section.notes.append(
-            f"only {free:.0f}m of CPU requests were free; the burst's peak needs about "
-            f"{peak * POD_CPU_M}m ({peak} pods of {POD_CPU_M}m), so some pods waited"
+            f"the burst's peak needs about {peak * POD_CPU_M}m ({peak} pods of {POD_CPU_M}m), "
+            "so some pods waited"
         )
     ns_warm = make_namespace(kube, f"obx-bench-pool-{rid}", sandboxes=True)
     ctx.cleanup(delete_namespace, kube, ns_warm)
@@ -173,89 +247,152 @@ def run(ctx: Any, section: Section) -> None:
     warm = Client(ns_warm, kubeconfig=env.KUBECONFIG)
     cold = Client(ns_cold, kubeconfig=env.KUBECONFIG)
     errors: list[str] = []
-    fell_cold: dict[str, int] = {}
 
-    def record(
-        key: str, title: str, outcomes: list[tuple[float, bool] | str], **extra: Any
-    ) -> None:
-        samples = [o[0] for o in outcomes if not isinstance(o, str)]
-        fell_cold[key] = sum(1 for o in outcomes if not isinstance(o, str) and not o[1])
-        errors.extend(f"{key}: {o}" for o in outcomes if isinstance(o, str))
-        section.figure(
-            f"pool.{key}",
-            title,
-            "ms",
-            samples,
-            baseline="pool.cold",
-            group="pool",
-            group_title="Warm claim vs cold create, create→Ready",
-            label=title,
-            notes=f"{fell_cold[key]} of {len(outcomes)} found no warm pod and went cold",
-            **extra,
-        )
-
-    # Cold, in the same run, first: nothing of the pool's is running yet.
-    cold_outcomes: list[tuple[float, bool] | str] = []
+    # Cold and Docker first, in the same run: nothing of the pool's is running yet.
+    cold_claims = []
     for index in range(ctx.n(10, 2)):
-        name = f"cold-{index}"
-        try:
-            cold_outcomes.append(_claim(cold, name))
-        except Exception as error:
-            cold_outcomes.append(f"{type(error).__name__}: {error}")
-        _delete_all(cold, kube, ns_cold, [name])
-    cold_samples = [o[0] for o in cold_outcomes if not isinstance(o, str)]
-    errors.extend(f"cold: {o}" for o in cold_outcomes if isinstance(o, str))
+        cold_claims.append(_claim(cold, f"cold-{index}", 0.0))
+        _settle(cold, kube, ns_cold, [f"cold-{index}"])
+    errors.extend(c.error for c in cold_claims if c.error)
     section.figure(
         "pool.cold",
         "cold create (no pool), one at a time",
         "ms",
-        cold_samples,
-        group="pool",
+        [c.ms for c in cold_claims if c.ms is not None],
         label="cold create",
+        **GROUP,
     )
-    ctx.log("pool: cold done")
+    docker_samples = _docker_creates(ctx, section, ctx.n(10, 2))
+    if docker_samples:
+        section.figure(
+            "pool.docker_runsc",
+            "docker run -d --runtime runsc (openblox flags, 96m, 0.5 CPU), one at a time",
+            "ms",
+            docker_samples,
+            baseline="pool.cold",
+            label="docker run --runtime runsc",
+            **GROUP,
+        )
+    ctx.log("pool: cold and docker done")
 
     # Burst: all at once from a full pool.
     _set_pool(kube, ns_warm, burst)
     fill = _wait_warm(kube, ns_warm, burst)
     section.notes.append(f"the pool of {burst} was filled from empty in {fill:.0f} s")
     names = [f"burst-{i}" for i in range(burst)]
-    record(
-        f"burst{burst}",
-        f"burst of {burst} from a pool of {burst}",
-        _burst(warm, names),
-        headline=True,
+    claims = _burst(warm, names)
+    errors.extend(c.error for c in claims if c.error)
+    _record(
+        section, f"burst{burst}", f"burst of {burst} from a pool of {burst}", claims, headline=True
     )
-    _delete_all(warm, kube, ns_warm, names)
+    _settle(warm, kube, ns_warm, names)
     ctx.log("pool: burst done")
 
+    rows: list[list[Any]] = []
+    held: dict[int, list[tuple[float, dict[str, Any]]]] = {}
+    series: dict[str, list[list[float]]] = {}
     for size in sizes:
         _set_pool(kube, ns_warm, size)
-        _wait_warm(kube, ns_warm, size)
-        time.sleep(2)  # surplus pods from the previous size are gone
-        outcomes = _sustained(warm, f"s{size}", 1.0, seconds)
-        record(
-            f"rate1.pool{size}",
-            f"1 claim/s for {seconds:.0f} s, pool of {size}",
-            outcomes,
-            headline=size == sizes[-1],
-        )
-        ctx.log(f"pool: 1/s with pool {size} done")
+        for rate in rates:
+            _wait_warm(kube, ns_warm, size)
+            time.sleep(2)  # surplus pods from a larger size are gone
+            before = _warm_pods(kube, ns_warm)
+            started = time.monotonic()
+            claims, stopped = _sustained(warm, f"s{size}r{rate:g}", rate, seconds)
+            after = _warm_pods(kube, ns_warm)
+            summary = summarize_run(
+                claims,
+                warm_before=before,
+                warm_after=after,
+                seconds=time.monotonic() - started,
+            )
+            errors.extend(c.error for c in claims if c.error)
+            _record(
+                section,
+                f"rate{rate:g}.pool{size}",
+                f"{rate:g} claim/s for {seconds:.0f} s, pool of {size}",
+                claims,
+                headline=rate == rates[0],
+            )
+            held.setdefault(size, []).append((rate, summary))
+            series[f"{rate:g}/s, pool of {size}"] = [
+                [round(c.offset, 2), round(c.ms, 1)] for c in claims if c.ms is not None
+            ]
+            rows.append(
+                [f"{rate:g}/s", size, *_row(summary), "-" if stopped is None else f"{stopped:.0f}"]
+            )
+            _settle(warm, kube, ns_warm, [])
+            ctx.log(f"pool: {rate:g}/s with pool {size} done: {summary}")
     _set_pool(kube, ns_warm, None)
 
+    for size, runs in held.items():
+        best = sustained_rate(runs)
+        refill = max((s["refill_per_s"] or 0.0) for _, s in runs)
+        section.figure(
+            f"pool.sustained.pool{size}",
+            f"highest rate tried with no claim finding the pool of {size} empty",
+            "claims/s",
+            value=best,
+            higher_is_better=True,
+            headline=True,
+            notes=f"the keeper made at most {refill:.2f} pods/s warm in any run"
+            + ("; the pool ran dry at every rate tried" if best is None else ""),
+        )
     section.table(
-        "Claims that found no warm pod (went cold)",
-        ["run", "cold fallbacks"],
-        [[key, count] for key, count in fell_cold.items()],
+        "Sustained claims, each Sandbox deleted once Ready",
+        [
+            "rate",
+            "pool",
+            "claims",
+            "warm",
+            "went cold",
+            "failed",
+            "pool first empty at (s)",
+            "pods made warm / s",
+            "p50 ms",
+            "p95 ms",
+            "p99 ms",
+            "p50 / p99 ms while warm",
+            "p50 / p99 ms once empty",
+            f"stopped issuing at (s; {MAX_IN_FLIGHT} waiting)",
+        ],
+        rows,
     )
+    section.series["claims"] = {
+        "title": "Claim create→Ready over each sustained run",
+        "xlabel": "s since the run started",
+        "ylabel": "ms",
+        "lines": series,
+        "styles": dict.fromkeys(series, "."),
+        "logy": True,
+    }
     if errors:
         section.notes.append(f"{len(errors)} creates failed: " + "; ".join(errors[:10]))
     section.notes.append(
-        f"Profile `{POOL_PROFILE}` (cpu 25m, memory 96Mi, scratch 8Mi, gVisor) for warm and cold "
-        "alike, so a pool of 20 plus its refill fits next to other sessions' pods on this 2-core "
-        "node; a claim does not boot anything, so its time does not depend on the CPU limit, "
-        "but the refill (a gVisor boot per pod) does. Refill: at most 2 pods/s, 4 starting at once."
+        f"Profile `{POOL_PROFILE}` (cpu limit 500m, request 25m: Burstable like the shipped "
+        "code-exec; memory 96Mi, scratch 8Mi, gVisor) for warm and cold alike, so a pool of 20 "
+        "plus its refill fits next to other sessions' pods on this 2-core node. A claim boots "
+        "nothing; the refill (a gVisor boot and a boundary probe per pod) does. Refill: at most "
+        "2 pods/s, 4 starting at once (pool/plan.py)."
     )
-    section.series["pool"] = json.loads(json.dumps({"fell_cold": fell_cold}))
     with contextlib.suppress(ApiException):
         _set_pool(kube, ns_warm, None)
+
+
+def _row(summary: dict[str, Any]) -> list[Any]:
+    def pair(a: Any, b: Any) -> str:
+        return "-" if a is None else f"{a:.0f} / {b:.0f}"
+
+    return [
+        summary["claims"],
+        summary["warm"],
+        summary["cold"],
+        summary["failed"],
+        summary["first_dry_s"] if summary["first_dry_s"] is not None else "never",
+        summary["refill_per_s"],
+        summary["p50"],
+        summary["p95"],
+        summary["p99"],
+        pair(summary["p50_before_dry"], summary["p99_before_dry"]),
+        pair(summary["p50_after_dry"], summary["p99_after_dry"]),
+    ]

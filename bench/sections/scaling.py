@@ -93,24 +93,7 @@ def baselines(ctx: Any, memory: Section, count: int) -> dict[str, list[float]]:
     names = [f"obx-bench-mem-{ctx.run_id}-{i}" for i in range(count)]
     try:
         for name in names:
-            docker.run(
-                "run",
-                "-d",
-                "--name",
-                name,
-                "--label",
-                "openblox.bench=memory",
-                *docker_mod.OPENBLOX_FLAGS,
-                "--memory",
-                "64m",
-                "--memory-swap",
-                "64m",
-                "--cpus",
-                "0.1",
-                env.SANDBOX_IMAGE,
-                "sleep",
-                "infinity",
-            )
+            docker.run(*docker_mod.idle_container(name, "memory", memory="64m", cpus="0.1"))
         time.sleep(ctx.seconds(5.0, 1.0))
         from bench import procs
 

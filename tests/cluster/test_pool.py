@@ -425,22 +425,42 @@ def test_a_pool_larger_than_the_quota_allows_is_capped_with_an_event(
             "apiVersion": "v1",
             "kind": "ResourceQuota",
             "metadata": {"name": "small", "namespace": pool_ns},
-            "spec": {"hard": {"pods": "2"}},
+            "spec": {"hard": {"pods": "3"}},
         }
     )
+    # A Sandbox already running there takes one of the quota's three pods.
+    operator.apply(sandbox("running", pool_ns, profile=small_profile))
+    wait_reason(operator, "running", pool_ns, "Ready", 120)
+    running_uid = operator.get("pod", "running", pool_ns)["metadata"]["uid"]
     pool = f"quota-{secrets.token_hex(2)}"
     with pools(operator, {pool: pool_entry(small_profile, pool_ns, 50)}):
         wait_for(
             "PoolExceedsQuota",
             lambda: any(
-                f'"{pool}"' in m and "holds at most 2" in m
+                f'"{pool}"' in m and "holds at most 3" in m
                 for m in pool_events(operator, "PoolExceedsQuota")
             ),
             30,
         )
         wait_warm(operator, pool_ns, pool, 2)
+        # The API server's quota is the last word: the third pool pod is refused, visibly.
+        wait_for(
+            "PoolExceedsQuota from the refused create",
+            lambda: any(
+                f'"{pool}" cannot add a pod' in m and "exceeded quota" in m
+                for m in pool_events(operator, "PoolExceedsQuota")
+            ),
+            30,
+        )
         time.sleep(3)
         assert len(pods_of_pool(operator, pool_ns, pool)) == 2
+        assert operator.get("pod", "running", pool_ns)["metadata"]["uid"] == running_uid
+        assert ready_condition(get_sandbox(operator, "running", pool_ns) or {})["status"] == "True"
+        # A Sandbox still gets a warm pod: a hand-out creates no pod, so the full quota
+        # does not stand in its way.
+        operator.apply(sandbox("claims", pool_ns, profile=small_profile))
+        body = wait_reason(operator, "claims", pool_ns, "Ready", 60)
+        assert body["status"]["podName"].startswith(f"{pool}.")
 
 
 def test_pool_pods_go_when_the_namespace_opts_out(

@@ -7,10 +7,11 @@ What the real API server does with two hand-outs of one pod is tested on the clu
 from __future__ import annotations
 
 import copy
+import json
 from typing import Any
 
 from openblox.builders.pod import build_pool_pod
-from openblox.controller.kube import ApiError
+from openblox.controller.kube import ApiError, refusal_reason
 from openblox.controller.pool_claim import PoolClaimer
 from openblox.controller.pool_store import PoolStore
 from openblox.controller.reconcile import Reconciler
@@ -260,3 +261,19 @@ def test_a_second_pod_owned_by_one_sandbox_is_deleted() -> None:
     calls = server.take()
     assert calls.count(("DELETE", f"{PODS}/warm.two")) == 1
     assert ("DELETE", f"{PODS}/warm.one") not in calls
+
+
+def test_a_quota_refusal_reads_the_same_for_every_pod_it_refuses() -> None:
+    def refused(pod: str) -> ApiError:
+        message = (
+            f'pods "{pod}" is forbidden: exceeded quota: small, requested: pods=1, '
+            "used: pods=3, limited: pods=3"
+        )
+        return ApiError(403, "Forbidden", json.dumps({"kind": "Status", "message": message}))
+
+    first, second = refusal_reason(refused("pool.abcde")), refusal_reason(refused("pool.fghij"))
+
+    assert (
+        first == second == "exceeded quota: small, requested: pods=1, used: pods=3, limited: pods=3"
+    )
+    assert refusal_reason(ApiError(403, "Forbidden", "not json")) == "403 Forbidden: not json"

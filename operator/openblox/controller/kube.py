@@ -322,6 +322,20 @@ def status_of(error: BaseException) -> int | None:
     return status if isinstance(status, int) else None
 
 
+def refusal_reason(error: BaseException) -> str:
+    """Why the API server refused a request, as its Status message says it, without the
+    object's name (`pods "x" is forbidden: ` goes), so that one cause reads the same for
+    every object it refuses; the error's text if it carries no Status."""
+    try:
+        message = json.loads(getattr(error, "body", "") or "{}").get("message")
+    except (ValueError, AttributeError):
+        message = None
+    if not isinstance(message, str) or not message:
+        return str(error)
+    _, forbidden, rest = message.partition(" is forbidden: ")
+    return rest if forbidden else message
+
+
 def is_not_found(error: BaseException) -> bool:
     return status_of(error) == 404
 

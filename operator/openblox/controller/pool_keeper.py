@@ -22,7 +22,14 @@ from typing import Any
 from openblox.builders.conditions import PodState
 from openblox.builders.pod import build_pool_pod
 from openblox.controller.election import NotLeader
-from openblox.controller.kube import Kube, is_conflict, is_not_found, path, status_of
+from openblox.controller.kube import (
+    Kube,
+    is_conflict,
+    is_not_found,
+    path,
+    refusal_reason,
+    status_of,
+)
 from openblox.controller.pool_store import PoolStore
 from openblox.controller.profile_store import ProfileStore
 from openblox.controller.reconcile import Reconciler
@@ -247,9 +254,11 @@ class PoolKeeper:
                 if status_of(error) != 403:
                     raise
                 # The API server's quota is the last word: the pool waits for room.
+                # Without the pod's random name, so each pass's refusal is one Event.
                 self._pools.record(
                     Reason.POOL_EXCEEDS_QUOTA,
-                    f'pool "{pool.name}" cannot add a pod in "{namespace}": {error}',
+                    f'pool "{pool.name}" cannot add a pod in "{namespace}": '
+                    f"{refusal_reason(error)}",
                 )
                 return
             self._pacer.spend(pacer_key, 1)

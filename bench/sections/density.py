@@ -1,0 +1,288 @@
+"""Density of the shipped profile: how many idle `code-exec` Sandboxes one node holds, and
+their host memory per Sandbox at 1, 10 and 50 (or as many as fit) against the same number
+of `docker run --runtime runsc` containers with openblox's flags and code-exec's limits
+(512m memory, 0.5 CPU), measured first in the same run.
+
+The ramp creates code-exec Sandboxes a few at a time until the next would not fit: the
+node's CPU or memory requests (read from the live profile and RuntimeClass, as the
+scheduler counts them, less `--reserve-cpu` for other users), host MemAvailable, or the
+time budget. At each checkpoint the node is left idle for a moment, then the PSS of every
+process under each pod's shims is read and split by role (bench/memory_parts.py): shims
+per pod, the Sentry, its stubs, gofers, `runsc wait`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import statistics
+import threading
+import time
+from typing import Any
+
+from bench import docker as docker_mod
+from bench import env, memory_parts, procs
+from bench.kube import Kube, delete_namespace, make_namespace, node_capacity, node_pods, pod_memory
+from bench.results import Section
+from openblox.client import Client
+from openblox.models import parse_profile, parse_quantity
+
+TITLES = {"density": "Idle code-exec Sandboxes on one node; host memory per idle Sandbox vs Docker"}
+PROFILE = "code-exec"
+POINTS = (1, 10, 50)
+MIB = 2**20
+MIN_AVAILABLE = 3 * 2**30
+CONCURRENCY = 4
+CREATE_TIMEOUT = 180.0
+MAX_FAILURES = 3
+SHIM_ROLE = "shim (containerd-shim-runsc-v1)"
+
+
+def _pod_requests(kube: Kube) -> tuple[float, float, str]:
+    """code-exec's pod as the scheduler counts it: CPU millicores and memory MiB (the
+    container's requests plus the RuntimeClass's overhead), and how it was read."""
+    data = kube.get(f"/api/v1/namespaces/{env.OPERATOR_NAMESPACE}/configmaps/openblox-profiles")
+    profile = parse_profile(PROFILE, data["data"][PROFILE])
+    resources = profile.resources
+    runtime = kube.get(f"/apis/node.k8s.io/v1/runtimeclasses/{profile.runtime_class_name}")
+    fixed = (runtime.get("overhead") or {}).get("podFixed") or {}
+    overhead_m = float(parse_quantity(fixed.get("cpu", "0"))) * 1000
+    cpu = resources.effective_cpu_request.value + overhead_m
+    memory = (resources.memory.value + float(parse_quantity(fixed.get("memory", "0")))) / MIB
+    how = (
+        f"cpu request {resources.effective_cpu_request.text} (limit {resources.cpu.text}), "
+        f"memory {resources.memory.text}, RuntimeClass overhead "
+        f"{fixed.get('cpu', '0')} / {fixed.get('memory', '0')}"
+    )
+    return cpu, memory, how
+
+
+def _docker_baseline(ctx: Any, section: Section, count: int) -> dict[str, Any]:
+    docker = docker_mod.shared(ctx)
+    if docker.problem:
+        section.notes.append(f"docker baseline not measured: {docker.problem}")
+        return {}
+    section.notes.extend(n for n in docker.notes if n not in section.notes)
+    names = [f"obx-bench-density-{ctx.run_id}-{i}" for i in range(count)]
+    try:
+        for name in names:
+            docker.run(*docker_mod.idle_container(name, "density", memory="512m", cpus="0.5"))
+        time.sleep(ctx.seconds(5.0, 1.0))
+        trees = [docker_mod.container_pids(name, docker) for name in names]
+        return {
+            "pss": [procs.memory_of(pids)["pss"] / MIB for pids in trees],
+            "parts": memory_parts.mean([memory_parts.breakdown(pids) for pids in trees]),
+        }
+    finally:
+        with contextlib.suppress(RuntimeError):
+            docker.run("rm", "-f", *names, timeout=300)
+
+
+class Ramp:
+    def __init__(self, ctx: Any, cpu_m: float, memory_mib: float) -> None:
+        self.kube: Kube = ctx.kube
+        self.namespace = make_namespace(
+            self.kube, f"obx-bench-density-{ctx.run_id}", sandboxes=True
+        )
+        self.client = Client(self.namespace, kubeconfig=env.KUBECONFIG)
+        self.cpu_m = cpu_m
+        self.memory_mib = memory_mib
+        self.reserve_cpu: int = ctx.args.reserve_cpu
+        self.live: list[str] = []
+        self.failures: list[str] = []
+        self.latencies: list[float] = []
+        self.stopped = ""
+        self.count = 0
+        self.guard = threading.Lock()
+
+    def _room(self, in_flight: int) -> str:
+        """Why one more would not fit, or "" if it would."""
+        capacity = node_capacity(self.kube)
+        cpu = capacity["cpu_free_m"] - in_flight * self.cpu_m - self.reserve_cpu
+        memory = capacity["memory_free_mib"] - in_flight * self.memory_mib
+        if cpu < self.cpu_m:
+            return (
+                f"CPU requests: {capacity['cpu_free_m']:.0f}m free of "
+                f"{capacity['cpu_allocatable_m']:.0f}m allocatable, {self.reserve_cpu}m kept "
+                f"for other users, and each code-exec pod requests {self.cpu_m:.0f}m"
+            )
+        if memory < self.memory_mib:
+            return (
+                f"memory requests: {capacity['memory_free_mib']:.0f} MiB free of "
+                f"{capacity['memory_allocatable_mib']:.0f} MiB allocatable, and each "
+                f"code-exec pod requests {self.memory_mib:.0f} MiB"
+            )
+        if env.meminfo().get("MemAvailable", 0) < MIN_AVAILABLE:
+            return f"host MemAvailable below {MIN_AVAILABLE / 2**30:.0f} GiB"
+        return ""
+
+    def fill(self, target: int, deadline: float) -> bool:
+        in_flight = [0]
+
+        def worker() -> None:
+            while True:
+                with self.guard:
+                    if self.stopped or len(self.live) + in_flight[0] >= target:
+                        return
+                    if time.monotonic() > deadline:
+                        self.stopped = "the ramp's time budget ran out"
+                        return
+                    problem = self._room(in_flight[0])
+                    if problem:
+                        self.stopped = problem
+                        return
+                    in_flight[0] += 1
+                    self.count += 1
+                    name = f"d{self.count:03d}"
+                started = time.monotonic()
+                try:
+                    self.client.create(PROFILE, name=name, timeout=CREATE_TIMEOUT)
+                    ok = True
+                except Exception as error:
+                    ok = False
+                    self.failures.append(f"{name}: {type(error).__name__}: {error}"[:300])
+                    with contextlib.suppress(Exception):
+                        self.client.delete(name)
+                with self.guard:
+                    in_flight[0] -= 1
+                    if ok:
+                        self.live.append(name)
+                        self.latencies.append((time.monotonic() - started) * 1000)
+                    elif len(self.failures) >= MAX_FAILURES:
+                        self.stopped = f"{len(self.failures)} creates failed"
+
+        threads = [threading.Thread(target=worker) for _ in range(CONCURRENCY)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        return not self.stopped and len(self.live) >= target
+
+    def measure(self, ctx: Any) -> dict[str, Any]:
+        time.sleep(ctx.seconds(8.0, 2.0))  # idle: let the last creates' work finish
+        per_pod = pod_memory(
+            {k: v for k, v in node_pods(self.namespace).items() if k in set(self.live)}
+        )
+        breakdowns = [memory_parts.breakdown(m["pids"]) for m in per_pod.values()]
+        return {
+            "live": len(self.live),
+            "pss": [m["pss"] / MIB for m in per_pod.values()],
+            "working_set": [m["cgroup"].get("working_set", 0) / MIB for m in per_pod.values()],
+            "shims": [b.get(SHIM_ROLE, {}).get("processes", 0) for b in breakdowns],
+            "parts": memory_parts.mean(breakdowns),
+            "available_gib": env.meminfo()["MemAvailable"] / 2**30,
+        }
+
+
+def run(ctx: Any, section: Section) -> None:
+    kube: Kube = ctx.kube
+    cpu_m, memory_mib, how = _pod_requests(kube)
+    section.notes.append(f"{PROFILE} as the scheduler counts it: {how}")
+    docker = _docker_baseline(ctx, section, ctx.n(10, 2))
+    target = ctx.args.density_max if not ctx.quick else 3
+    points = sorted({p for p in POINTS if p <= target} | {target}) if not ctx.quick else [1, 3]
+    start = node_capacity(kube)
+    ramp = Ramp(ctx, cpu_m, memory_mib)
+    measured: list[dict[str, Any]] = []
+    deadline = time.monotonic() + ctx.seconds(6 * 60.0, 120.0)
+    try:
+        for point in points:
+            reached = ramp.fill(point, deadline)
+            if ramp.live and (reached or not measured or measured[-1]["live"] < len(ramp.live)):
+                measured.append(ramp.measure(ctx))
+                ctx.log(f"density: {len(ramp.live)} live, {ramp.stopped or 'ok'}")
+            if not reached:
+                break
+        _record(section, ramp, measured, docker, start)
+    finally:
+        # Recorded first: a run cut short while the namespace goes keeps its figures.
+        delete_namespace(kube, ramp.namespace, wait=120)
+    if not measured:
+        section.status = "failed"
+        section.error = f"no code-exec Sandbox became Ready: {ramp.stopped or ramp.failures}"
+
+
+def _record(
+    section: Section,
+    ramp: Ramp,
+    measured: list[dict[str, Any]],
+    docker: dict[str, Any],
+    start: dict[str, float],
+) -> None:
+    baseline = None
+    if docker.get("pss"):
+        baseline = "density.pss.docker_runsc"
+        section.figure(
+            baseline,
+            f"host PSS per idle docker runsc container (512m, 0.5 CPU; {len(docker['pss'])} "
+            "running)",
+            "MiB",
+            docker["pss"],
+            group="pss",
+            group_title="Host memory (PSS) per idle sandbox",
+            label="docker run --runtime runsc (openblox flags)",
+        )
+    rows = []
+    for point in measured:
+        live = point["live"]
+        section.figure(
+            f"density.pss.sandbox.{live}",
+            f"host PSS per idle code-exec Sandbox, {live} running",
+            "MiB",
+            point["pss"],
+            baseline=baseline,
+            group="pss",
+            label=f"code-exec Sandbox, {live} running",
+            headline=live == measured[-1]["live"],
+        )
+        rows.append(
+            [
+                live,
+                round(statistics.fmean(point["pss"]), 1) if point["pss"] else None,
+                round(statistics.fmean(point["working_set"]), 1) if point["working_set"] else None,
+                ", ".join(str(n) for n in sorted(set(point["shims"]))),
+                round(point["available_gib"], 2),
+            ]
+        )
+        if live > 1:
+            section.table(
+                f"Where the memory of one idle code-exec Sandbox goes, {live} running, against "
+                f"one docker runsc container ({len(docker.get('pss', []))} running)",
+                memory_parts.HEADER,
+                memory_parts.table_rows(point["parts"], docker.get("parts") or {}),
+            )
+    section.table(
+        "Mean per idle code-exec Sandbox",
+        ["Sandboxes", "PSS MiB", "pod cgroup working set MiB", "shims per pod", "MemAvailable GiB"],
+        rows,
+    )
+    section.figure(
+        "density.live.max",
+        "idle code-exec Sandboxes Ready at once on the node",
+        "sandboxes",
+        value=len(ramp.live),
+        higher_is_better=True,
+        headline=True,
+        notes=f"stopped by {ramp.stopped}" if ramp.stopped else "reached the aim of the run",
+    )
+    if ramp.latencies:
+        section.figure(
+            "density.create.fill",
+            f"code-exec create→Ready while filling, {CONCURRENCY} at a time",
+            "ms",
+            ramp.latencies,
+        )
+    empty = start["cpu_allocatable_m"] // ramp.cpu_m
+    section.notes.append(
+        f"At the start {start['cpu_free_m']:.0f}m of {start['cpu_allocatable_m']:.0f}m CPU and "
+        f"{start['memory_free_mib']:.0f} of {start['memory_allocatable_mib']:.0f} MiB of "
+        f"requests were free ({start['pods']:.0f} pods running, openblox's own and other "
+        f"sessions'); an empty node would hold {empty:.0f} by CPU requests and "
+        f"{start['memory_allocatable_mib'] // ramp.memory_mib:.0f} by memory requests."
+    )
+    if ramp.failures:
+        section.notes.append("failed creates: " + "; ".join(ramp.failures[:5]))
+    section.notes.append(
+        "PSS sums /proc/<pid>/smaps_rollup over every process under the pod's containerd "
+        "shims, so pages shared between sandboxes (the runsc binary) are split between them. "
+        "The cgroup working set counts the Sentry's guest memory and tmpfs, not the shims."
+    )
