@@ -12,6 +12,7 @@ from openblox.client.errors import (
     SandboxNotReady,
     SandboxTimeout,
 )
+from openblox.client.limits import ExecLimits
 from openblox.client.processes import Process
 from openblox.client.results import ExecResult
 from openblox.client.supervised import ExecStream, OutputChunk
@@ -23,6 +24,7 @@ __all__ = [
     "AsyncExecStream",
     "AsyncSandbox",
     "Client",
+    "ExecLimits",
     "ExecResult",
     "ExecStream",
     "ExecTransportError",

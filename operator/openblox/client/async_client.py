@@ -11,6 +11,7 @@ import builtins
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from typing import Any
 
+from openblox.client.limits import ExecLimits
 from openblox.client.processes import LOG_BYTES, Process
 from openblox.client.results import ExecResult
 from openblox.client.supervised import ExecStream, OutputChunk
@@ -85,6 +86,10 @@ class AsyncSandbox:
     @property
     def pod(self) -> str:
         return self._sandbox.pod
+
+    @property
+    def exec_limits(self) -> ExecLimits:
+        return self._sandbox.exec_limits
 
     async def refresh(self) -> AsyncSandbox:
         await asyncio.to_thread(self._sandbox.refresh)

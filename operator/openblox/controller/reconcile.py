@@ -72,6 +72,7 @@ from openblox.names import (
     VERSION,
     Reason,
 )
+from openblox.timestamps import parse_timestamp
 
 log = logging.getLogger(__name__)
 
@@ -395,7 +396,7 @@ class Reconciler:
             self.requeue.settled(key)
             return None
         created = pod["metadata"].get("creationTimestamp")
-        age = (now - _parse_time(created)).total_seconds() if created else PENDING_GRACE_SECONDS
+        age = (now - parse_timestamp(created)).total_seconds() if created else PENDING_GRACE_SECONDS
         if age < PENDING_GRACE_SECONDS:
             # No pod event may come if the node cannot make the pod's sandbox: look then.
             self.requeue.after(key, PENDING_GRACE_SECONDS - age)
@@ -497,12 +498,6 @@ def _profile_digest(pod: Mapping[str, Any] | None, profile: Profile | None) -> s
         if digest:
             return str(digest)
     return profile.digest if profile else None
-
-
-def _parse_time(text: str | datetime) -> datetime:
-    if isinstance(text, datetime):
-        return text
-    return datetime.fromisoformat(text.replace("Z", "+00:00"))
 
 
 def record_denial(events: EventRecorder, involved: Mapping[str, Any], denial: Denial) -> None:
