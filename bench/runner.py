@@ -18,6 +18,7 @@ from typing import Any
 from bench import env, report
 from bench.results import Run, Section, machine_line
 from bench.sections import (
+    async_client,
     client_library,
     cluster_up,
     create,
@@ -39,6 +40,8 @@ SECTIONS: dict[str, ModuleType] = {
     "pool": pool,
     "exec": exec_latency,
     "client-library": client_library,
+    "async-stack": async_client,
+    "async-exec": async_client,
     "files": files,
     "preview": preview,
     "mcp": mcp_latency,

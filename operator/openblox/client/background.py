@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 
 from openblox.client.arguments import checked_argv, checked_cwd, env_pairs
 from openblox.client.cluster import Cluster
-from openblox.client.errors import ExecTransportError, ProcessNotFound
+from openblox.client.errors import ExecTransportError, OpenbloxClientError, ProcessNotFound
 from openblox.client.launch import SUPERVISOR_ARGV
 from openblox.client.processes import LOG_BYTES, check_process_name
 from openblox.transport import ERROR, STDERR, STDOUT, ExecStreamError, exit_code_from_status
@@ -64,10 +64,19 @@ def control(
         raise ExecTransportError(str(error), error.status_code) from error
     finally:
         socket.close()
-    code = exit_code_from_status(status) if status else None
-    if code != 0:
-        message = stderr.decode("utf-8", "replace").strip()
-        if code == NO_SUCH_PROCESS:
-            raise ProcessNotFound(message)
-        raise ExecTransportError(f"{args[0]} failed (exit {code}): {message[-500:]}")
+    failure = control_failure(args[0], exit_code_from_status(status) if status else None, stderr)
+    if failure is not None:
+        raise failure
     return bytes(stdout)
+
+
+def control_failure(
+    operation: str, code: int | None, stderr: bytes | bytearray
+) -> OpenbloxClientError | None:
+    """The error a control mode's exit code means (None: it succeeded)."""
+    if code == 0:
+        return None
+    message = stderr.decode("utf-8", "replace").strip()
+    if code == NO_SUCH_PROCESS:
+        return ProcessNotFound(message)
+    return ExecTransportError(f"{operation} failed (exit {code}): {message[-500:]}")

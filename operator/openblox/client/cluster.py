@@ -8,11 +8,11 @@ nothing here reaches a pod directly. Errors leave as the client's own types.
 from __future__ import annotations
 
 import contextlib
-import json
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from openblox.client.errors import ExecTransportError, SandboxGone
+from openblox.client.postmortem import denial_records
 from openblox.names import CONTAINER_NAME, GROUP, PLURAL, VERSION, Reason
 from openblox.transport import (
     Api,
@@ -101,15 +101,7 @@ class Cluster:
             path(plural="events", namespace=namespace),
             fieldSelector=f"involvedObject.uid={uid},reason={Reason.DENIED}",
         ).get("items")
-        records = []
-        for event in events or []:
-            try:
-                record = json.loads(event.get("message") or "")
-            except ValueError:
-                continue
-            if isinstance(record, dict) and "denied" in record:
-                records.append(record)
-        return records
+        return denial_records(events or [])
 
     def read_config_map(self, name: str, namespace: str = SYSTEM_NAMESPACE) -> dict[str, str]:
         body = self.api.get(path(plural="configmaps", namespace=namespace, name=name))

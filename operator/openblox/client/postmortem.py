@@ -9,7 +9,8 @@ or is still running (then the stream itself broke, and what the command did is u
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import json
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import Enum
@@ -69,6 +70,19 @@ def status_denial(sandbox: Mapping[str, Any] | None, since: datetime) -> dict[st
         if at is not None and at >= since - CLOCK_SLACK:
             return dict(record)
     return None
+
+
+def denial_records(events: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The denial records in `Denied` Events' messages (JSON); other messages are skipped."""
+    records = []
+    for event in events:
+        try:
+            record = json.loads(event.get("message") or "")
+        except ValueError:
+            continue
+        if isinstance(record, dict) and "denied" in record:
+            records.append(record)
+    return records
 
 
 def latest_denial(records: list[dict[str, Any]]) -> dict[str, Any] | None:

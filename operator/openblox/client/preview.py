@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import base64
 import time
+from collections.abc import Mapping
 
 from openblox.client.arguments import checked_port, checked_ttl
 from openblox.client.cluster import SYSTEM_NAMESPACE, Cluster
@@ -35,10 +36,19 @@ def read_key_ring(cluster: Cluster) -> KeyRing:
     try:
         data = cluster.read_secret(SECRET_NAME, SYSTEM_NAMESPACE)
     except ApiError as error:
-        raise PreviewUnavailable(
-            f"cannot read the preview key Secret {SYSTEM_NAMESPACE}/{SECRET_NAME} "
-            f"({error.status}); minting links needs the openblox-preview-signer Role"
-        ) from error
+        raise secret_unreadable(error.status) from error
+    return key_ring(data)
+
+
+def secret_unreadable(status: int) -> PreviewUnavailable:
+    return PreviewUnavailable(
+        f"cannot read the preview key Secret {SYSTEM_NAMESPACE}/{SECRET_NAME} "
+        f"({status}); minting links needs the openblox-preview-signer Role"
+    )
+
+
+def key_ring(data: Mapping[str, str]) -> KeyRing:
+    """The key ring in the Secret's `data` (base64 values)."""
     entries = {name: base64.b64decode(value) for name, value in data.items()}
     try:
         return KeyRing.from_mapping(entries)
@@ -68,7 +78,17 @@ def preview_url(
     """A signed URL to 127.0.0.1:`port` inside the Sandbox `uid`, valid for `ttl` seconds."""
     port = checked_port(port)
     ttl = checked_ttl(ttl, MAX_TTL_SECONDS)
-    key_id, key = read_key_ring(cluster).signing_key()
-    expires = int((time.time() if now is None else now) + ttl)
-    token = sign(Grant(namespace, name, uid, port, expires), key_id, key)
-    return f"{(base or base_url(cluster)).rstrip('/')}/p/{token}/"
+    ring = read_key_ring(cluster)
+    grant = Grant(namespace, name, uid, port, expiry(ttl, now))
+    return signed_url(grant, ring, base or base_url(cluster))
+
+
+def expiry(ttl: float, now: float | None = None) -> int:
+    """When a link made now, valid `ttl` seconds, expires (Unix seconds)."""
+    return int((time.time() if now is None else now) + ttl)
+
+
+def signed_url(grant: Grant, ring: KeyRing, base: str) -> str:
+    """The link for `grant`, signed with the ring's current key, under `base`."""
+    key_id, key = ring.signing_key()
+    return f"{base.rstrip('/')}/p/{sign(grant, key_id, key)}/"
