@@ -140,6 +140,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         action="store_true",
         help="cluster-up: also time a cold `up` with an empty build cache (hours on 2 cores)",
     )
+    parser.add_argument(
+        "--async-sandboxes",
+        type=int,
+        default=3,
+        help="async-exec: how many code-exec sandboxes to spread the execs over, room "
+        "permitting (default 3; 1 measures against one sandbox only)",
+    )
     parser.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
     parser.add_argument(
         "--report-only",
