@@ -25,6 +25,7 @@ from bench.sections import (
     exec_latency,
     files,
     jobs,
+    kind,
     mcp_latency,
     operator_cost,
     pool,
@@ -50,9 +51,10 @@ SECTIONS: dict[str, ModuleType] = {
     "memory": scaling,
     "scaling": scaling,
     "cluster-up": cluster_up,
+    "kind": kind,
 }
 # Run only when asked for by name: it restarts the cluster everyone else is using.
-EXPLICIT_ONLY = {"cluster-up"}
+EXPLICIT_ONLY = {"cluster-up", "kind"}
 
 
 @dataclass

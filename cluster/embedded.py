@@ -27,6 +27,9 @@ PREVIEW_DEPLOYMENT = "openblox-preview"
 PREVIEW_KEYS_SECRET = "openblox-preview-keys"
 DEMO_NAMESPACE = "openblox-demo"
 GVISOR_NODE_LABEL = "openblox.sh/gvisor"
+# Where cluster/kind/kind.sh keeps its kubeconfig, and where the image builds are cached.
+KIND_STATE = Path(os.environ.get("OPENBLOX_ROOT", "/var/lib/openblox")) / "kind"
+IMAGE_CACHE = Path(os.environ.get("OPENBLOX_CACHE", "/var/cache/openblox")) / "images"
 
 
 def kubectl(
@@ -90,6 +93,33 @@ def _running_operator_image_ids(kubeconfig: str, name: str = OPERATOR_DEPLOYMENT
         for status in pod.get("status", {}).get("containerStatuses", [])
         if status.get("imageID")
     }
+
+
+def _built_image_digests(reference: str) -> set[str]:
+    """The config and manifest digests of the image this tree last built under the
+    repository of `reference` (cluster/images/build.sh), or nothing if none was built."""
+    name = reference.rsplit("/", 1)[-1].split(":", 1)[0]
+    ref_file = IMAGE_CACHE / f"{name}.ref"
+    if not ref_file.exists():
+        return set()
+    built = ref_file.read_text().strip()
+    for meta in IMAGE_CACHE.glob(f"{name}-*.json"):
+        record = json.loads(meta.read_text())
+        if record.get("ref") == built:
+            return {record["config"]["digest"], record["manifest"]["digest"]}
+    return set()
+
+
+def _loaded_image_digests(kubeconfig: str, reference: str) -> set[str]:
+    """What the nodes now hold under `reference`: on the embedded cluster, what its
+    containerd says; on the project's kind cluster, the build `kind.sh` loaded into every
+    node; elsewhere (images from a registry) nothing is known, and nothing is restarted."""
+    if kubeconfig == str(EMBEDDED_KUBECONFIG):
+        imported = _imported_image_id(reference)
+        return {imported.split("@")[-1]} if imported else set()
+    if Path(kubeconfig).parent == KIND_STATE:
+        return _built_image_digests(reference)
+    return set()
 
 
 def _imported_image_id(reference: str) -> str | None:
@@ -182,9 +212,9 @@ def _roll_onto_current_image(kubeconfig: str, name: str) -> None:
         "-o",
         "jsonpath={.spec.template.spec.containers[0].image}",
     ).stdout
-    imported = _imported_image_id(image)
+    loaded = _loaded_image_digests(kubeconfig, image)
     running = _running_operator_image_ids(kubeconfig, name)
-    if imported and running and not all(imported.split("@")[-1] in r for r in running):
+    if loaded and running and not all(any(d in r for d in loaded) for r in running):
         # Same tag, new content (a rebuilt image): roll the pods (every replica) onto it.
         kubectl(kubeconfig, "rollout", "restart", deployment, "-n", OPERATOR_NAMESPACE)
     kubectl(

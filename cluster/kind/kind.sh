@@ -9,6 +9,9 @@
 #   cluster/kind/kind.sh install  up, then install openblox as a user would and print 42
 #   cluster/kind/kind.sh down     delete the kind cluster (dockerd and caches kept)
 #   cluster/kind/kind.sh env      print the export lines (KUBECONFIG, DOCKER_HOST, PATH)
+#   cluster/kind/kind.sh check GVISOR PLAIN
+#                                 whether `up` with these node images would reuse the cluster
+#                                 (exit 0) or recreate it, and why (exit 1); changes nothing
 #
 # Environment: OPENBLOX_KIND_NAME (cluster name, default openblox).
 set -euo pipefail
@@ -40,6 +43,40 @@ cluster_exists() { kind get clusters 2>/dev/null | grep -qx "$NAME"; }
 
 # The node image a node container runs, or nothing.
 node_image() { docker inspect -f '{{.Config.Image}}' "$1" 2>/dev/null || true; }
+
+# Why the existing cluster cannot be reused with node images GVISOR and PLAIN (a node
+# from another build, a node container not running, an API server that does not
+# answer), or nothing when it can; refreshes its kubeconfig when it can.
+stale_reason() {
+  local gvisor=$1 plain=$2 node have
+  for node in $(kind get nodes --name "$NAME"); do
+    have=$(node_image "$node")
+    if [[ $have != "$gvisor" && $have != "$plain" ]]; then
+      echo "kind cluster $NAME: node $node runs ${have:-nothing known}, not this build's node image"
+      return
+    fi
+    if [[ $(docker inspect -f '{{.State.Status}}' "$node" 2>/dev/null) != running ]]; then
+      echo "kind cluster $NAME: node $node is not running ($(docker inspect -f '{{.State.Status}}' "$node" 2>/dev/null || echo gone))"
+      return
+    fi
+  done
+  if ! { kind get kubeconfig --name "$NAME" >"$KUBECONFIG_FILE.partial" 2>/dev/null &&
+      mv "$KUBECONFIG_FILE.partial" "$KUBECONFIG_FILE" && kctl get --raw /readyz >/dev/null 2>&1; }; then
+    echo "kind cluster $NAME: its API server does not answer"
+  fi
+}
+
+# `check GVISOR PLAIN`: say whether `up` would reuse the cluster, changing nothing.
+cmd_check() {
+  [[ $# == 2 ]] || die "usage: $0 check GVISOR_NODE_IMAGE PLAIN_NODE_IMAGE"
+  eval "$("$repo/cluster/docker.sh" env)"
+  export DOCKER_HOST
+  cluster_exists || { echo "no kind cluster $NAME"; exit 1; }
+  local stale
+  stale=$(stale_reason "$1" "$2")
+  [[ -z $stale ]] || { echo "$stale"; exit 1; }
+  echo "kind cluster $NAME runs $1 and $2: reused"
+}
 
 write_config() {
   local gvisor=$1 plain=$2
@@ -98,22 +135,12 @@ cmd_up() {
   gvisor=${refs[0]} plain=${refs[1]}
   [[ -n $gvisor && -n $plain ]] || die "node-image.sh printed no image references"
   if cluster_exists; then
-    local node have healthy=1
-    for node in $(kind get nodes --name "$NAME"); do
-      have=$(node_image "$node")
-      if [[ $have != "$gvisor" && $have != "$plain" ]]; then
-        log "kind cluster $NAME: node $node runs ${have:-nothing known}, not this build's node image: recreating the cluster"
-        healthy=0; break
-      fi
-      if [[ $(docker inspect -f '{{.State.Running}}' "$node" 2>/dev/null) != true ]]; then
-        log "kind cluster $NAME: node $node is not running: recreating the cluster"
-        healthy=0; break
-      fi
-    done
-    if ((healthy)) && kind get kubeconfig --name "$NAME" >"$KUBECONFIG_FILE.partial" 2>/dev/null &&
-        mv "$KUBECONFIG_FILE.partial" "$KUBECONFIG_FILE" && kctl get --raw /readyz >/dev/null 2>&1; then
+    local stale
+    stale=$(stale_reason "$gvisor" "$plain")
+    if [[ -z $stale ]]; then
       log "kind cluster $NAME already runs this build"
     else
+      log "$stale: recreating the cluster"
       kind delete cluster --name "$NAME" --kubeconfig "$KUBECONFIG_FILE.stale"
       rm -f "$KUBECONFIG_FILE.stale"
     fi
@@ -161,5 +188,6 @@ case ${1:-} in
     KUBECONFIG=$KUBECONFIG_FILE "$PYTHON" "$repo/cluster/embedded.py" up ;;
   down) cmd_down ;;
   env) cmd_env ;;
-  *) echo "usage: $0 up|install|down|env" >&2; exit 2 ;;
+  check) shift; cmd_check "$@" ;;
+  *) echo "usage: $0 up|install|down|env|check" >&2; exit 2 ;;
 esac

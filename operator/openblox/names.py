@@ -89,6 +89,7 @@ class Reason(StrEnum):
     POD_PENDING = "PodPending"
     POD_FAILED = "PodFailed"
     POD_CONFLICT = "PodConflict"
+    NODE_LOST = "NodeLost"
 
     EXPIRED = "Expired"
 

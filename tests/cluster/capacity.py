@@ -97,6 +97,18 @@ def sandbox_requests(kube: Kube, profile_name: str) -> Requests:
     return pod_requests(pod)
 
 
+def sandbox_node_selector(kube: Kube, profile_name: str) -> dict[str, str]:
+    """The nodes a Sandbox of this profile may run on: its RuntimeClass's
+    ``scheduling.nodeSelector``, which admission copies into the pod (on kind, only the
+    nodes labelled ``openblox.sh/gvisor=true`` have gVisor)."""
+    data = kube.get("configmap", "openblox-profiles", "openblox-system").get("data") or {}
+    if profile_name not in data:
+        raise AssertionError(f"profile {profile_name} is not in openblox-profiles")
+    profile = parse_profile(profile_name, data[profile_name])
+    runtime_class = kube.get("runtimeclass", profile.runtime_class_name)
+    return dict(((runtime_class.get("scheduling") or {}).get("nodeSelector")) or {})
+
+
 @dataclass(frozen=True)
 class NodeRoom:
     node: str
@@ -137,8 +149,14 @@ def _schedulable(node: Mapping[str, Any]) -> bool:
     return not any(t.get("effect") in ("NoSchedule", "NoExecute") for t in taints)
 
 
-def node_rooms(kube: Kube) -> list[NodeRoom]:
-    """Every schedulable node's room, as the scheduler would count it now."""
+def _selected(node: Mapping[str, Any], node_selector: Mapping[str, str] | None) -> bool:
+    labels = (node.get("metadata") or {}).get("labels") or {}
+    return all(labels.get(key) == value for key, value in (node_selector or {}).items())
+
+
+def node_rooms(kube: Kube, node_selector: Mapping[str, str] | None = None) -> list[NodeRoom]:
+    """Every schedulable node's room, as the scheduler would count it now; with a node
+    selector, only the nodes it selects."""
     nodes = json.loads(kube.kubectl("get", "nodes", "-o", "json").stdout)["items"]
     pods = json.loads(
         kube.kubectl(
@@ -154,7 +172,7 @@ def node_rooms(kube: Kube) -> list[NodeRoom]:
     rooms = []
     for node in nodes:
         name = node["metadata"]["name"]
-        if not _schedulable(node):
+        if not _schedulable(node) or not _selected(node, node_selector):
             continue
         on_node = [p for p in pods if (p.get("spec") or {}).get("nodeName") == name]
         holders = sorted(
@@ -187,14 +205,15 @@ def require_room(
     *,
     patience: float = 120.0,
     one_node: bool = False,
+    node_selector: Mapping[str, str] | None = None,
 ) -> None:
     """Fail the test, saying what is short and who holds it, unless ``count`` pods of
-    ``each`` fit on the nodes (with ``one_node``, all on one node). Waits up to
-    ``patience`` seconds first: the pods of an earlier test, still shutting down, hold
-    their requests until they are gone."""
+    ``each`` fit on the nodes ``node_selector`` selects (with ``one_node``, all on one
+    node). Waits up to ``patience`` seconds first: the pods of an earlier test, still
+    shutting down, hold their requests until they are gone."""
     deadline = time.monotonic() + patience
     while True:
-        rooms = node_rooms(kube)
+        rooms = node_rooms(kube, node_selector)
         fitting = _fit(rooms, each, one_node=one_node)
         if fitting >= count:
             return
@@ -202,10 +221,11 @@ def require_room(
             break
         time.sleep(2)
     short = each.times(count - fitting)
+    where = f" on nodes labelled {dict(node_selector)}" if node_selector else ""
     raise AssertionError(
-        f"not enough room for {what}: it needs {count} x ({each}) = {each.times(count)}, "
-        f"only {fitting} fit; short by about {short}. "
-        + " | ".join(room.describe() for room in rooms)
+        f"not enough room for {what}{where}: it needs {count} x ({each}) = "
+        f"{each.times(count)}, only {fitting} fit; short by about {short}. "
+        + (" | ".join(room.describe() for room in rooms) or "no such node is schedulable")
     )
 
 
@@ -215,5 +235,12 @@ def require_sandbox_room(
     """``require_room`` for ``count`` Sandboxes of a profile; returns what one needs."""
     each = sandbox_requests(kube, profile_name)
     what = f"{count} Sandbox(es) of profile {profile_name}"
-    require_room(kube, each, count, what + (" on one node" if one_node else ""), one_node=one_node)
+    require_room(
+        kube,
+        each,
+        count,
+        what + (" on one node" if one_node else ""),
+        one_node=one_node,
+        node_selector=sandbox_node_selector(kube, profile_name),
+    )
     return each

@@ -31,6 +31,7 @@ from openblox.conformance.settings import Settings
 from tests.cluster.capacity import (
     Requests,
     require_room,
+    sandbox_node_selector,
     sandbox_requests,
 )
 from tests.cluster.kube import Kube
@@ -163,7 +164,13 @@ def code_exec(operator: Kube, tmp_path_factory: pytest.TempPathFactory) -> Itera
     # On the one node the canaries share with it: the shared sandbox, a property's own
     # (one at a time), and the canaries.
     needed = sandbox_requests(operator, "code-exec").times(2) + CANARIES
-    require_room(operator, needed, 1, "two code-exec Sandboxes and the canaries")
+    require_room(
+        operator,
+        needed,
+        1,
+        "two code-exec Sandboxes and the canaries",
+        node_selector=sandbox_node_selector(operator, "code-exec"),
+    )
     yield _run(operator, tmp_path_factory.mktemp("conformance"), "operator")
 
 

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 import pytest
 
 from openblox.conformance.kube import Kube as ApiKube
-from tests.cluster.capacity import require_room, sandbox_requests
+from tests.cluster.capacity import require_room, sandbox_node_selector, sandbox_requests
 from tests.cluster.kube import Kube
 from tests.fuzz import cluster
 from tests.fuzz.runner import run_surface
@@ -34,7 +34,13 @@ def fuzz_namespace(operator: Kube, api: ApiKube) -> Iterator[cluster.FuzzNamespa
     logging.getLogger("kubernetes").setLevel(logging.WARNING)
     with cluster.FuzzNamespace(api).open() as namespace:
         # A few accepted cases' pods may overlap while they shut down.
-        require_room(operator, sandbox_requests(operator, cluster.FUZZ_PROFILE), 4, "fuzz pods")
+        require_room(
+            operator,
+            sandbox_requests(operator, cluster.FUZZ_PROFILE),
+            4,
+            "fuzz pods",
+            node_selector=sandbox_node_selector(operator, cluster.FUZZ_PROFILE),
+        )
         yield namespace
 
 

@@ -12,7 +12,7 @@ import pytest
 import embedded
 from tests.cluster.kube import Kube
 from tests.cluster.test_node import CONNECT, pod
-from tests.kind.conftest import REPO
+from tests.kind.conftest import KIND_SH, REPO, docker
 
 pytestmark = pytest.mark.kind
 
@@ -77,3 +77,56 @@ def test_no_docker_daemon_is_a_clear_error() -> None:
     assert built.returncode != 0
     assert "no Docker daemon answers at unix:///nonexistent/docker.sock" in built.stderr
     assert "cluster/docker.sh start" in built.stderr
+
+
+def _node_images(kind: Kube) -> tuple[str, str]:
+    """(the gVisor node image, the plain one) the running cluster's nodes were made from."""
+    names = docker(
+        "ps", "--filter", "label=io.x-k8s.kind.cluster=openblox", "--format", "{{.Image}}"
+    )
+    images = set(names.stdout.split())
+    gvisor = [i for i in images if not i.endswith("-no-gvisor")]
+    plain = [i for i in images if i.endswith("-no-gvisor")]
+    assert len(gvisor) == 1 and len(plain) == 1, images
+    return gvisor[0], plain[0]
+
+
+def _check(*images: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(KIND_SH), "check", *images], capture_output=True, text=True, timeout=120, check=False
+    )
+
+
+def test_a_cluster_of_this_build_is_reused(kind: Kube) -> None:
+    checked = _check(*_node_images(kind))
+
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert "reused" in checked.stdout
+
+
+def test_a_cluster_left_by_another_build_is_named_stale_and_kept_until_up(kind: Kube) -> None:
+    """What `kind.sh up` reads before it deletes and recreates a cluster of an older node
+    image (docs/kind.md quotes the line it logs); `check` says it and
+    changes nothing, so the running cluster is untouched."""
+    gvisor, plain = _node_images(kind)
+    before = docker("ps", "-q", "--filter", "label=io.x-k8s.kind.cluster=openblox").stdout
+
+    checked = _check("openblox.local/kind-node:0000000000000000", plain)
+
+    assert checked.returncode == 1
+    assert f"runs {gvisor}, not this build's node image" in checked.stdout, checked.stdout
+    assert docker("ps", "-q", "--filter", "label=io.x-k8s.kind.cluster=openblox").stdout == before
+    assert embedded.reachable(kind.kubeconfig)
+
+
+def test_a_node_that_is_not_running_makes_the_cluster_stale(kind: Kube) -> None:
+    gvisor, plain = _node_images(kind)
+    node = "openblox-worker2"  # no gVisor: frozen for a moment only
+    docker("pause", node)
+    try:
+        checked = _check(gvisor, plain)
+    finally:
+        docker("unpause", node)
+
+    assert checked.returncode == 1
+    assert f"node {node} is not running (paused)" in checked.stdout, checked.stdout

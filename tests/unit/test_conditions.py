@@ -13,7 +13,12 @@ from openblox.builders import (
     compute_conditions,
     status_changed,
 )
-from openblox.builders.conditions import LOST_NODE_GRACE_SECONDS, lost_node, unschedulable_runtime
+from openblox.builders.conditions import (
+    LOST_NODE_GRACE_SECONDS,
+    lost_node,
+    node_trouble,
+    unschedulable_runtime,
+)
 from openblox.lifetime import Expiry
 from openblox.models import ProfileNotFound
 from openblox.names import Reason
@@ -401,3 +406,57 @@ def test_a_pod_deleted_for_another_reason_is_not_a_lost_node() -> None:
 
     assert lost_node(_evicted_pod(deleted, reason="PreemptionByScheduler"), NOW) is None
     assert lost_node({"metadata": {}, "status": {}}, NOW) is None
+
+
+def _running_pod(conditions: list[dict[str, str]], **metadata: str) -> dict[str, Any]:
+    return {
+        "metadata": metadata,
+        "spec": {"nodeName": "worker"},
+        "status": {"phase": "Running", "conditions": conditions},
+    }
+
+
+def test_a_pod_its_node_stopped_reporting_says_so() -> None:
+    # What the node lifecycle controller leaves: Ready off, the container still ready.
+    pod = _running_pod(
+        [
+            {"type": "Ready", "status": "False", "lastTransitionTime": "2025-01-02T03:04:05Z"},
+            {"type": "ContainersReady", "status": "True"},
+        ]
+    )
+
+    message = node_trouble(pod)
+
+    assert message is not None and "node worker stopped answering" in message
+    assert "2025-01-02T03:04:05Z" in message
+    conditions = by_type(
+        compute_conditions(
+            replace(HEALTHY, pod=PodState.from_pod(pod), node_problem=message), 1, [], NOW
+        )
+    )
+    assert conditions["Ready"]["status"] == "False"
+    assert conditions["Ready"]["reason"] == "NodeLost"
+    assert conditions["PodReady"]["message"] == message
+
+
+def test_a_pod_the_taint_manager_evicted_says_its_node_was_lost() -> None:
+    pod = _evicted_pod(NOW - timedelta(seconds=3))
+
+    message = node_trouble(pod)
+
+    assert message is not None and "node worker stopped answering" in message
+    assert "evicted" in message
+
+
+def test_a_healthy_pod_or_an_ordinary_deletion_is_no_node_trouble() -> None:
+    ready = [{"type": "Ready", "status": "True"}, {"type": "ContainersReady", "status": "True"}]
+    # A container that is not ready (it ended, it is starting) is the pod's own business.
+    not_ready = [
+        {"type": "Ready", "status": "False"},
+        {"type": "ContainersReady", "status": "False"},
+    ]
+
+    assert node_trouble(_running_pod(ready)) is None
+    assert node_trouble(_running_pod(not_ready)) is None
+    assert node_trouble(_running_pod(ready, deletionTimestamp="2025-01-02T03:04:05Z")) is None
+    assert node_trouble(_evicted_pod(NOW, reason="PreemptionByScheduler")) is None

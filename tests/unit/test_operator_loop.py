@@ -61,7 +61,11 @@ class FakeKube:
             # The API server answers with the whole Sandbox, status patched.
             name = target.split("/")[-2]
             return {**self.objects.get(target, sandbox_body(name=name, uid=_uid(name))), **body}
-        if method == "PATCH" and target.startswith("/api/v1/namespaces/"):
+        if (
+            method == "PATCH"
+            and target.startswith("/api/v1/namespaces/")
+            and target.count("/") == 4
+        ):
             current = self.objects.get(target, {"metadata": {}})
             labels = {**current["metadata"].get("labels", {}), **body["metadata"]["labels"]}
             self.objects[target] = {"metadata": {**current["metadata"], "labels": labels}}
@@ -264,6 +268,68 @@ def test_a_pending_pod_is_looked_at_again_later_not_on_a_timer() -> None:
     watched.pod_seen(pod)
     reconciler.reconcile(sandbox, "pod")
     assert len(reconciler.requeue) == 0
+
+
+def _evicted_from_a_lost_node(name: str, deleted: datetime) -> dict[str, Any]:
+    """A pod the taint manager deleted that its (lost) node never finished: still Running."""
+    return {
+        "metadata": {
+            "name": name,
+            "namespace": "team-a",
+            "uid": "p1",
+            "deletionTimestamp": deleted.strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "ownerReferences": [{"uid": SANDBOX_UID, "controller": True}],
+        },
+        "spec": {"nodeName": "worker"},
+        "status": {
+            "phase": "Running",
+            "conditions": [
+                {"type": "Ready", "status": "False"},
+                {"type": "ContainersReady", "status": "True"},
+                {"type": "DisruptionTarget", "status": "True", "reason": "DeletionByTaintManager"},
+            ],
+        },
+    }
+
+
+@pytest.mark.parametrize("pod_of", [pod_name, lambda _sandbox: "pool-a.x7k2p"])
+def test_a_pod_left_on_a_lost_node_is_released_when_its_grace_is_over(
+    pod_of: Any,
+) -> None:
+    """The release comes from the requeue the Terminating pod asked for, keyed by the
+    Sandbox (a warm pod keeps its pool's name), not from the next resync minutes later."""
+    kube = FakeKube()
+    moment = [NOW]
+    ticks = [0.0]
+    requeue = Requeue(clock=lambda: ticks[0])
+    watched, cache = Watched(), SandboxCache()
+    profiles = ProfileStore()
+    profiles.update({"code-exec": DEFAULT_PROFILE_YAML})
+    reconciler = Reconciler(
+        kube,  # type: ignore[arg-type]
+        profiles,
+        EventRecorder(kube, "test"),  # type: ignore[arg-type]
+        Settings(network_policy_enforced=False),
+        clock=lambda: moment[0],
+        watched=watched,
+        cache=cache,
+        requeue=requeue,
+    )
+    _watch_everything(watched)
+    sandbox = _cached(cache)
+    name = pod_of(sandbox)
+    watched.pod_seen(_evicted_from_a_lost_node(name, NOW - timedelta(seconds=2)))
+
+    reconciler.reconcile(sandbox, "pod")
+
+    assert _ready(cache) == ("False", "NodeLost")
+    assert not any(method == "DELETE" for method, _ in kube.take())
+    assert requeue.pop_due() == []
+    ticks[0] += 14.5
+    moment[0] += timedelta(seconds=14.5)
+    assert requeue.pop_due() == [("team-a", "demo")]
+    reconciler.reconcile(sandbox, "requeue")
+    assert ("DELETE", f"/api/v1/namespaces/team-a/pods/{name}") in kube.take()
 
 
 def test_a_failed_reconcile_is_retried_by_the_loop() -> None:
@@ -474,3 +540,73 @@ def test_a_namespace_being_deleted_is_not_an_error_to_retry() -> None:
     reconciler.reconcile(sandbox, "sandbox")
     assert metrics.RECONCILE_ERRORS._value.get() == errors
     assert len(reconciler.requeue) == 0
+
+
+def test_a_pod_whose_node_stopped_answering_is_not_probed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An exec into a pod on a node that stopped answering hangs until its timeout, and
+    would hold the Sandbox's next reconcile (the eviction's) back with it."""
+    from openblox.controller import reconcile as reconcile_module
+
+    probed: list[str] = []
+    monkeypatch.setattr(
+        reconcile_module, "probe_boundary", lambda _kube, _ns, name, _kernel: probed.append(name)
+    )
+    kube, reconciler, watched, cache = _watched_operator()
+    kube.objects["/api/v1/nodes/worker"] = {"status": {"nodeInfo": {"kernelVersion": "6.1.0"}}}
+    sandbox = _cached(cache)
+    pod = _evicted_from_a_lost_node(pod_name(sandbox), NOW)
+    del pod["metadata"]["deletionTimestamp"]
+    pod["status"]["conditions"] = pod["status"]["conditions"][:2]  # marked, not yet evicted
+    watched.pod_seen(pod)
+    watched.container_started("p1")
+
+    reconciler.reconcile(sandbox, "pod")
+
+    assert probed == []
+    assert _ready(cache) == ("False", "NodeLost")
+
+
+def test_a_probed_pod_carries_its_boundary_so_the_next_leader_does_not_probe_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from openblox.controller import reconcile as reconcile_module
+
+    probed: list[str] = []
+
+    def probe(_kube: Any, _namespace: str, name: str, _kernel: str) -> str:
+        probed.append(name)
+        return "gvisor"
+
+    monkeypatch.setattr(reconcile_module, "probe_boundary", probe)
+    kube, reconciler, watched, cache = _watched_operator()
+    kube.objects["/api/v1/nodes/worker"] = {"status": {"nodeInfo": {"kernelVersion": "6.1.0"}}}
+    sandbox = _cached(cache)
+    name = pod_name(sandbox)
+    pod_path = f"/api/v1/namespaces/team-a/pods/{name}"
+    ready = [{"type": "Ready", "status": "True"}, {"type": "ContainersReady", "status": "True"}]
+    pod = {
+        "metadata": {
+            "name": name,
+            "namespace": "team-a",
+            "uid": "p1",
+            "ownerReferences": [{"uid": SANDBOX_UID, "controller": True}],
+        },
+        "spec": {"nodeName": "worker"},
+        "status": {"phase": "Running", "conditions": ready},
+    }
+    kube.objects[pod_path] = pod
+    watched.pod_seen(pod)
+
+    reconciler.reconcile(sandbox, "pod")
+
+    assert probed == [name]
+    assert ("PATCH", pod_path) in kube.take()
+    # The next leader: no memory of the probe, only the pod as its watch shows it.
+    successor, successor_watched, successor_cache = _operator(kube)
+    _watch_everything(successor_watched)
+    successor_watched.pod_seen(
+        {**pod, "metadata": {**pod["metadata"], "annotations": {"openblox.sh/boundary": "gvisor"}}}
+    )
+    successor.reconcile(_cached(successor_cache), "takeover")
+    assert probed == [name]
+    assert _ready(successor_cache) == ("True", "Ready")

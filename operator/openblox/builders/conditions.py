@@ -151,6 +151,47 @@ def lost_node(pod: Mapping[str, Any], now: datetime) -> str | None:
     return str((pod.get("spec") or {}).get("nodeName") or "its node")
 
 
+def _condition_of(pod: Mapping[str, Any], kind: str) -> Mapping[str, Any]:
+    conditions = (pod.get("status") or {}).get("conditions") or []
+    return next((c for c in conditions if c.get("type") == kind), {})
+
+
+def node_trouble(pod: Mapping[str, Any]) -> str | None:
+    """Why the pod is unusable because of its node, or None: the node stopped answering.
+
+    Two moments a caller would otherwise see only as a pod still `Running`: the node
+    lifecycle controller marked the pod not Ready (its node's kubelet stopped reporting;
+    the container itself still counts as ready, and sandbox pods have no readiness
+    probe, so nothing else turns Ready off while ContainersReady stays on), and then,
+    once the pod's toleration ran out, the taint manager evicted it.
+    """
+    node = str((pod.get("spec") or {}).get("nodeName") or "its node")
+    evicted = _condition_of(pod, "DisruptionTarget")
+    if (
+        (pod.get("metadata") or {}).get("deletionTimestamp")
+        and evicted.get("status") == "True"
+        and evicted.get("reason") == "DeletionByTaintManager"
+    ):
+        return (
+            f"node {node} stopped answering and Kubernetes evicted the pod "
+            f"({evicted.get('message') or 'NoExecute taint'}); the Sandbox gets a new pod "
+            f"on another node with its runtime {LOST_NODE_GRACE_SECONDS}s after the eviction "
+            "if that node does not finish the old one, or says why it cannot"
+        )
+    ready, containers = _condition_of(pod, "Ready"), _condition_of(pod, "ContainersReady")
+    if (
+        (pod.get("status") or {}).get("phase") == "Running"
+        and ready.get("status") == "False"
+        and containers.get("status") == "True"
+    ):
+        return (
+            f"node {node} stopped answering: Kubernetes marked the pod not ready at "
+            f"{ready.get('lastTransitionTime') or 'an unknown time'}; it is evicted when its "
+            "toleration of the node's taint runs out, and the Sandbox then gets a new pod"
+        )
+    return None
+
+
 @dataclass(frozen=True, slots=True)
 class Observation:
     """Everything the operator saw in one reconcile; None means not (yet) observed."""
@@ -163,6 +204,8 @@ class Observation:
     """None until the pod exists."""
     pod_conflict: str | None = None
     """Set when the pod's name is taken by a pod this Sandbox does not own."""
+    node_problem: str | None = None
+    """Set when the pod's node stopped answering (see node_trouble)."""
     expiry: Expiry | None = None
     expected_boundary: Boundary | None = None
     """What the profile claims; None makes no claim (an unsafe profile's runtime)."""
@@ -269,6 +312,8 @@ def _pod_ready(observation: Observation) -> _Verdict:
         return _Verdict(kind, "False", Reason.POD_PENDING, "the pod is not created yet")
     if pod.terminated:
         return _Verdict(kind, "False", Reason.POD_FAILED, _termination_message(pod))
+    if observation.node_problem is not None:
+        return _Verdict(kind, "False", Reason.NODE_LOST, observation.node_problem)
     if pod.ready:
         return _Verdict(kind, "True", Reason.POD_READY, "the pod is running and ready")
     message = ": ".join(

@@ -214,7 +214,7 @@ class PoolKeeper:
 
     def _probe(self, pod: dict[str, Any], expected: Boundary | None) -> None:
         """The same boundary check a cold pod gets, before the pod may be handed out."""
-        self._reconciler.observed_boundary(pod, PodState.from_pod(pod))
+        self._reconciler.observed_boundary(None, pod, PodState.from_pod(pod))
         observed = self._reconciler.boundary_of(pod["metadata"]["uid"])
         if observed is None:
             return  # inconclusive: probed again on a later pass

@@ -27,6 +27,7 @@ from openblox.builders.conditions import (
     PodState,
     Problem,
     lost_node,
+    node_trouble,
     status_changed,
     unschedulable_runtime,
 )
@@ -120,8 +121,10 @@ class Reconciler:
         self._clock = clock
         self.watched = watched or Watched()
         self._cache = cache
-        self.requeue = requeue or Requeue()
-        self.deadlines = deadlines or Deadlines()
+        # Not `or`: an empty Requeue or Deadlines is falsy (__len__), and a caller's own
+        # (the reaper's, a test's clock) would be swapped for a new one.
+        self.requeue = requeue if requeue is not None else Requeue()
+        self.deadlines = deadlines if deadlines is not None else Deadlines()
         self._locks: dict[str, threading.Lock] = {}
         self._locks_guard = threading.Lock()
         # Pod uid -> boundary seen inside it; a pod's kernel does not change while it lives.
@@ -236,15 +239,26 @@ class Reconciler:
         if pod is None:
             return replace(base, runtime_available=True), profile, None
         state = PodState.from_pod(pod)
+        # Requeues are keyed by the Sandbox (a pool pod's name is not the Sandbox's).
+        key = (sandbox.namespace, sandbox.name)
+        on_node = replace(base, runtime_available=True, pod=state, node_problem=node_trouble(pod))
         node = lost_node(pod, now)
         if node is not None:
             self._release_pod_of_lost_node(sandbox, pod, node)
-            return replace(base, runtime_available=True, pod=state), profile, pod
-        if pod["metadata"].get("deletionTimestamp"):
+            return on_node, profile, pod
+        deleted = pod["metadata"].get("deletionTimestamp")
+        if deleted and not state.terminated:
             # A pod stuck Terminating sends no more events: look again once it may count
-            # as left on a lost node.
-            key = (pod["metadata"]["namespace"], pod["metadata"]["name"])
-            self.requeue.after(key, LOST_NODE_GRACE_SECONDS)
+            # as left on a lost node. Nothing below may settle that wait (a pod that was
+            # Running is no Pending wait), or the release waits for the next resync.
+            since = (now - _parse_time(deleted)).total_seconds()
+            self.requeue.after(key, max(LOST_NODE_GRACE_SECONDS - since, 0) + 1)
+            return on_node, profile, pod
+        if on_node.node_problem is not None:
+            # Its node stopped answering: a boundary probe would hang on the exec until
+            # its timeout, holding this Sandbox's reconciles (and the eviction's event)
+            # back. The eviction that follows brings the next reconcile.
+            return on_node, profile, pod
         if state.terminated:
             ended = pod_denial(pod, profile=profile.name, now=now)
             self._replace_dead_pod(sandbox, pod, state, ended)
@@ -252,7 +266,7 @@ class Reconciler:
             return replace(base, runtime_available=True, pod=state, denials=denials), profile, pod
         sandbox_failure = unschedulable_runtime(
             pod, profile.runtime_class_name
-        ) or self._sandbox_creation_failure(pod, now)
+        ) or self._sandbox_creation_failure(key, pod, now)
         if sandbox_failure:
             self._events.record(_sandbox_ref(sandbox), Reason.RUNTIME_UNAVAILABLE, sandbox_failure)
             return (
@@ -260,7 +274,7 @@ class Reconciler:
                 profile,
                 pod,
             )
-        boundary = self.observed_boundary(pod, state)
+        boundary = self.observed_boundary(key, pod, state)
         if (
             boundary is not None
             and boundary != profile.expected_boundary
@@ -272,11 +286,7 @@ class Reconciler:
             )
             self._events.record(_sandbox_ref(sandbox), Reason.BOUNDARY_MISMATCH, message)
             self.delete_pod(pod)
-        return (
-            replace(base, runtime_available=True, pod=state, observed_boundary=boundary),
-            profile,
-            pod,
-        )
+        return replace(on_node, observed_boundary=boundary), profile, pod
 
     def namespace_labels(self, namespace: str) -> dict[str, str]:
         known, labels = self.watched.namespace_labels(namespace)
@@ -388,10 +398,11 @@ class Reconciler:
     def delete_pod(self, pod: Mapping[str, Any]) -> None:
         self.pods.delete(pod)
 
-    def _sandbox_creation_failure(self, pod: Mapping[str, Any], now: datetime) -> str | None:
+    def _sandbox_creation_failure(
+        self, key: tuple[str, str], pod: Mapping[str, Any], now: datetime
+    ) -> str | None:
         """The kubelet could not create the pod sandbox (for instance, no such handler)."""
         status = pod.get("status") or {}
-        key = (pod["metadata"]["namespace"], pod["metadata"]["name"])
         if status.get("phase") != "Pending":
             self.requeue.settled(key)
             return None
@@ -416,7 +427,11 @@ class Reconciler:
         self.requeue.after(key, PENDING_GRACE_SECONDS)
         return None
 
-    def observed_boundary(self, pod: Mapping[str, Any], state: PodState) -> Boundary | None:
+    def observed_boundary(
+        self, key: tuple[str, str] | None, pod: Mapping[str, Any], state: PodState
+    ) -> Boundary | None:
+        """The probed boundary of the pod; an inconclusive probe requeues the Sandbox `key`
+        (None, for a pool pod no Sandbox holds yet: its keeper looks again)."""
         uid = pod["metadata"]["uid"]
         # The probe needs a running container, not the kubelet's report of it: the
         # `Started` Event comes up to a relist (a second) before the pod reads Ready.
@@ -447,12 +462,37 @@ class Reconciler:
                     log.info("early boundary probe of %s undecided", pod["metadata"]["name"])
                     return None
                 # Inconclusive: probed again shortly.
-                self.requeue.after(
-                    (pod["metadata"]["namespace"], pod["metadata"]["name"]), PROBE_RETRY_SECONDS
-                )
+                if key is not None:
+                    self.requeue.after(key, PROBE_RETRY_SECONDS)
                 return None
             self._boundaries[uid] = observed
+            if key is not None and observed in ("gvisor", "kata"):
+                self._record_boundary(pod, observed)
         return self._boundaries[uid]
+
+    def _record_boundary(self, pod: Mapping[str, Any], observed: Boundary) -> None:
+        """Write the probe's result on the pod, as the pool keeper does for a warm pod, so
+        a replica that takes the Lease later trusts it instead of probing every pod again
+        (a probe of a pod whose node has just frozen hangs until its timeout, and holds
+        that Sandbox's reconciles, its NodeLost report among them, back meanwhile)."""
+        metadata = pod["metadata"]
+        try:
+            annotated = self._kube.patch(
+                path(plural="pods", namespace=metadata["namespace"], name=metadata["name"]),
+                # The uid is a precondition: a pod made since under the same name (a cold
+                # pod's name is its Sandbox's) is not probed, so it gets no record.
+                {
+                    "metadata": {
+                        "uid": metadata["uid"],
+                        "annotations": {ANNOTATION_BOUNDARY: observed},
+                    }
+                },
+            )
+        except Exception as error:
+            if not (is_not_found(error) or is_conflict(error)):
+                raise
+            return
+        self.watched.pod_seen(annotated)
 
     def _node_kernel(self, node: str) -> str:
         if node not in self._node_kernels:

@@ -1,0 +1,133 @@
+"""Arranging and breaking the kind cluster for the failover tests (and the kind bench):
+where the operator's two replicas run, which node holds the Lease, and losing a node.
+
+A node is lost with `docker pause` of its node container: its kubelet, its containers
+and the operator replica on it freeze at once, as a partitioned machine does, and
+`docker unpause` brings the same node (same address, same state) back afterwards, so
+the cluster stays usable. A `docker kill` would do the same to the cluster, but the
+node's restart is not what these tests are about.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from tests.cluster.kube import Kube
+from tests.cluster.sandboxes import wait_for
+from tests.cluster.test_operator_failover import SELECTOR, SYSTEM, _holder, _two_replicas_one_holder
+from tests.kind.conftest import GVISOR_LABEL, docker
+
+CONTROL_PLANE_LABEL = "node-role.kubernetes.io/control-plane"
+
+
+def nodes(kube: Kube) -> list[dict[str, Any]]:
+    items: list[dict[str, Any]] = json.loads(kube.kubectl("get", "nodes", "-o", "json").stdout)[
+        "items"
+    ]
+    return items
+
+
+def gvisor_worker(kube: Kube) -> str:
+    """The worker with gVisor: the one node that can be lost with sandboxes on it (the
+    control plane holds the API server; the other worker has no gVisor)."""
+    found = [
+        n["metadata"]["name"]
+        for n in nodes(kube)
+        if n["metadata"].get("labels", {}).get(GVISOR_LABEL) == "true"
+        and CONTROL_PLANE_LABEL not in n["metadata"].get("labels", {})
+    ]
+    assert len(found) == 1, f"expected one gVisor worker, found {found}"
+    return found[0]
+
+
+def control_plane(kube: Kube) -> str:
+    [name] = [
+        n["metadata"]["name"]
+        for n in nodes(kube)
+        if CONTROL_PLANE_LABEL in n["metadata"].get("labels", {})
+    ]
+    return name
+
+
+def replica_nodes(kube: Kube) -> dict[str, str]:
+    """Operator pod -> node, for the replicas not being deleted."""
+    pods = json.loads(
+        kube.kubectl("get", "pods", "-n", SYSTEM, "-l", SELECTOR, "-o", "json").stdout
+    )["items"]
+    return {
+        p["metadata"]["name"]: p["spec"].get("nodeName", "")
+        for p in pods
+        if not p["metadata"].get("deletionTimestamp")
+    }
+
+
+@contextmanager
+def cordoned(kube: Kube, *names: str) -> Iterator[None]:
+    for name in names:
+        kube.kubectl("cordon", name)
+    try:
+        yield
+    finally:
+        for name in names:
+            kube.kubectl("uncordon", name, check=False)
+
+
+def leader_on(kube: Kube, target: str) -> tuple[str, str]:
+    """(holder, standby) with the Lease holder on node `target` and the standby on
+    another node, moving replicas there if needed: a replica is put on a node by
+    deleting it while the other nodes are cordoned, and the Lease is moved by deleting
+    its holder gracefully (a shutting-down holder releases it to the standby)."""
+    others = [n["metadata"]["name"] for n in nodes(kube) if n["metadata"]["name"] != target]
+    for _ in range(4):
+        holder, standby = _two_replicas_one_holder(kube)
+        where = replica_nodes(kube)
+        if where[holder] == target and where[standby] != target:
+            return holder, standby
+        if where[standby] == target and where[holder] != target:
+            kube.kubectl("delete", "pod", holder, "-n", SYSTEM, "--wait=false")
+            wait_for(
+                f"{standby} to take the Lease",
+                lambda taker=standby: _holder(kube)[0] == taker,
+                60,
+                0.5,
+            )
+            continue
+        # Neither replica on the target, or both: move the standby.
+        away = others if where[holder] != target else [target]
+        with cordoned(kube, *away):
+            kube.kubectl("delete", "pod", standby, "-n", SYSTEM, "--wait=false")
+            wait_for(
+                "the moved replica to run",
+                lambda moved=standby: (
+                    moved not in replica_nodes(kube) and len(replica_nodes(kube)) == 2
+                ),
+                120,
+                1,
+            )
+            _two_replicas_one_holder(kube)
+    raise AssertionError(f"could not put the Lease holder on {target}: {replica_nodes(kube)}")
+
+
+def node_ready(kube: Kube, name: str) -> bool:
+    node = kube.get("node", name)
+    return any(
+        c.get("type") == "Ready" and c.get("status") == "True"
+        for c in (node.get("status") or {}).get("conditions") or []
+    )
+
+
+@contextmanager
+def lost(kube: Kube, node: str) -> Iterator[float]:
+    """Freeze the node container for the duration (yields the moment it froze), then
+    thaw it and wait until the node is Ready again."""
+    docker("pause", node)
+    frozen = time.monotonic()
+    try:
+        yield frozen
+    finally:
+        docker("unpause", node, check=False)
+        wait_for(f"node {node} Ready again", lambda: node_ready(kube, node), 180, 2)
