@@ -73,7 +73,7 @@ from openblox.names import (
     VERSION,
     Reason,
 )
-from openblox.timestamps import parse_timestamp
+from openblox.timestamps import parse_optional_timestamp, parse_timestamp
 
 log = logging.getLogger(__name__)
 
@@ -251,7 +251,8 @@ class Reconciler:
             # A pod stuck Terminating sends no more events: look again once it may count
             # as left on a lost node. Nothing below may settle that wait (a pod that was
             # Running is no Pending wait), or the release waits for the next resync.
-            since = (now - _parse_time(deleted)).total_seconds()
+            deleted_at = parse_optional_timestamp(deleted)
+            since = (now - deleted_at).total_seconds() if deleted_at else 0.0
             self.requeue.after(key, max(LOST_NODE_GRACE_SECONDS - since, 0) + 1)
             return on_node, profile, pod
         if on_node.node_problem is not None:
