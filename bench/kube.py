@@ -18,12 +18,12 @@ from typing import Any
 
 import urllib3
 from kubernetes import client as k8s
-from kubernetes import config as k8s_config
 from kubernetes.client.exceptions import ApiException
 from kubernetes.watch.watch import iter_resp_lines
 
 from bench import env, procs
 from openblox.builders.pod import build_pod
+from openblox.kubernetes_configuration import kubernetes_configuration
 from openblox.models import Sandbox, SandboxSpec, parse_profile
 from openblox.names import (
     GROUP,
@@ -34,6 +34,7 @@ from openblox.names import (
     PROFILES_CONFIGMAP,
     VERSION,
 )
+from openblox.transport import Session
 
 BENCH_LABEL = "openblox.sh/bench"
 ADMISSION_CONFIGMAP = "openblox-profile-admission"
@@ -97,8 +98,7 @@ class Kube:
 
     def __init__(self, kubeconfig: str = env.KUBECONFIG) -> None:
         self.kubeconfig = kubeconfig
-        configuration = k8s.Configuration()
-        k8s_config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
+        configuration = kubernetes_configuration(Session.discover(kubeconfig))
         configuration.connection_pool_maxsize = 64
         self.configuration = configuration
         self.api = k8s.ApiClient(configuration)

@@ -18,6 +18,7 @@ from typing import Any
 from bench import env, report
 from bench.results import Run, Section, machine_line
 from bench.sections import (
+    async_client,
     client_library,
     cluster_up,
     create,
@@ -41,6 +42,8 @@ SECTIONS: dict[str, ModuleType] = {
     "pool": pool,
     "exec": exec_latency,
     "client-library": client_library,
+    "async-stack": async_client,
+    "async-exec": async_client,
     "files": files,
     "preview": preview,
     "mcp": mcp_latency,
@@ -146,6 +149,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--cold",
         action="store_true",
         help="cluster-up: also time a cold `up` with an empty build cache (hours on 2 cores)",
+    )
+    parser.add_argument(
+        "--async-sandboxes",
+        type=int,
+        default=3,
+        help="async-exec: how many code-exec sandboxes to spread the execs over, room "
+        "permitting (default 3; 1 measures against one sandbox only)",
     )
     parser.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
     parser.add_argument(

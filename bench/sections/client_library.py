@@ -12,7 +12,8 @@ in the `bench` extra), each doing what the openblox client does, in the same run
   same helper for every library, so its cost is common to all);
 - pods/exec of `true` in a running code-exec sandbox: kubernetes' `stream()`,
   lightkube's `Client.exec`, kr8s' `Pod.exec`, and openblox's own v5 websocket
-  (`exec_stream.py`, without the supervisor); `sandbox.exec` (with the supervisor) is
+  (`openblox.transport.exec_socket`, without the supervisor); `sandbox.exec` (with the
+  supervisor) is
   shown for reference. Each exec path also runs `printf 42` repeatedly and counts
   answers with the wrong output or exit code.
 
@@ -37,7 +38,7 @@ from bench import env
 from bench.kube import delete_namespace, make_namespace
 from bench.results import Section
 from openblox.client import Client
-from openblox.client.exec_stream import ERROR, STDOUT, exit_code_from_status
+from openblox.transport import ERROR, STDOUT, exit_code_from_status
 
 TITLES = {"client-library": "Kubernetes client library: kubernetes vs lightkube (vs kr8s)"}
 
@@ -48,7 +49,7 @@ LABELS = {
     "kubernetes": "kubernetes (official)",
     "lightkube": "lightkube",
     "kr8s": "kr8s",
-    "openblox": "openblox.Client (kubernetes + own websocket)",
+    "openblox": "openblox.Client (own transport: http.client + websocket)",
 }
 
 # Each snippet runs in a fresh interpreter: imports, then builds a client (no request).
@@ -117,7 +118,7 @@ def _probe(name: str) -> dict[str, float]:
 
 
 class Official:
-    """What openblox.client does today, with the official package."""
+    """The official package, doing what the openblox client does."""
 
     name = "kubernetes"
 
@@ -435,7 +436,7 @@ def _exec_paths(
     pod = sandbox.pod
 
     def own(argv: list[str]) -> tuple[int | None, bytes]:
-        socket = client._open_exec(ns, pod, argv, stdin=False, timeout=30)
+        socket = client._cluster.open_exec(ns, pod, argv, stdin=False, timeout=30)
         out, code = bytearray(), None
         try:
             for frame in socket.frames(time.monotonic() + 30):
@@ -462,7 +463,7 @@ def _exec_paths(
         )
         for name, lib in libraries.items()
     }
-    paths["openblox"] = ("openblox exec_stream.py v5 websocket (no supervisor)", own)
+    paths["openblox"] = ("openblox transport v5 websocket (no supervisor)", own)
     paths["openblox_supervised"] = ("openblox sandbox.exec (with the supervisor)", supervised)
     return paths
 
@@ -540,8 +541,9 @@ def run(ctx: Any, section: Section) -> None:
         "time is the imports alone, measured inside a fresh interpreter; RSS is the "
         "interpreter's after the imports and building a client (no request made). The "
         "watch figure includes opening the watch and the common merge-patch that makes "
-        "the change. The openblox rows are what the client does today: the kubernetes "
-        "package for API calls, its own v5 websocket for exec. With PYTHONDONTWRITEBYTECODE "
+        "the change. The openblox rows are what the client does today: its own transport "
+        "(openblox.transport: http.client for API calls, a v5 websocket for exec), without "
+        "the kubernetes package. With PYTHONDONTWRITEBYTECODE "
         "set and no .pyc in an editable checkout, the openblox import also compiles "
         "openblox's own modules."
     )

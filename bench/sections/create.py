@@ -33,6 +33,7 @@ from bench.kube import (
 )
 from bench.results import Section
 from openblox.client import Client
+from openblox.transport import ApiError
 
 TITLES = {
     "create": "Create → Ready: Sandbox vs the same pod applied directly vs bare pods vs Docker"
@@ -121,7 +122,7 @@ class Harness:
                 self.docker.run("rm", "-f", *names, timeout=300)
             return
         for name in names:
-            with contextlib.suppress(ApiException):
+            with contextlib.suppress(ApiException, ApiError):
                 if kind == "sandbox":
                     self.client.delete(name)
                 else:

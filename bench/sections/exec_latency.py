@@ -25,7 +25,7 @@ from bench.kube import (
 )
 from bench.results import Section
 from openblox.client import Client
-from openblox.client.exec_stream import STDOUT
+from openblox.transport import STDOUT
 
 TITLES = {"exec": "Exec: client vs kubectl exec vs crictl exec vs docker exec; throughput"}
 COMMANDS = {"true": ["true"], "python": ["python3", "-c", "print(6*7)"]}
@@ -82,7 +82,7 @@ def methods(ctx: Any, section: Section) -> dict[str, tuple[str, Callable[[list[s
         return result.stdout
 
     def client_raw(argv: list[str]) -> bytes:
-        socket = client._open_exec(ns_sbx, sandbox.pod, argv, stdin=False, timeout=30)
+        socket = client._cluster.open_exec(ns_sbx, sandbox.pod, argv, stdin=False, timeout=30)
         out = bytearray()
         try:
             for frame in socket.frames(time.monotonic() + 30):

@@ -180,13 +180,19 @@ class CountingClient(Client):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.calls = 0
-        original = self._api.call_api
+        api = self._cluster.api
+        request, watch = api.request, api.watch
 
-        def counted(*a: Any, **k: Any) -> Any:
+        def counted_request(*a: Any, **k: Any) -> Any:
             self.calls += 1
-            return original(*a, **k)
+            return request(*a, **k)
 
-        self._api.call_api = counted  # type: ignore[method-assign]
+        def counted_watch(*a: Any, **k: Any) -> Any:
+            self.calls += 1
+            return watch(*a, **k)
+
+        api.request = counted_request  # type: ignore[method-assign]
+        api.watch = counted_watch  # type: ignore[method-assign]
 
 
 def requests_per_lifecycle(ctx: Any, section: Section, namespace: str, flows: FlowCounter) -> None:

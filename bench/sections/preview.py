@@ -19,7 +19,7 @@ from bench import env
 from bench.kube import delete_namespace, make_namespace
 from bench.results import Section
 from openblox.client import Client
-from openblox.client.exec_stream import ERROR, STDOUT, Connection, ExecSocket, exit_code_from_status
+from openblox.transport import ERROR, STDOUT, ExecSocket, Session, exit_code_from_status
 
 TITLES = {
     "preview": "Preview: a small GET through a warm preview link vs pods/exec; large GET MB/s"
@@ -88,9 +88,9 @@ def _get(conn: http.client.HTTPConnection, path: str) -> int:
     return size
 
 
-def _exec_get(connection: Connection, namespace: str, pod: str, path: str) -> int:
+def _exec_get(session: Session, namespace: str, pod: str, path: str) -> int:
     socket = ExecSocket(
-        connection,
+        session,
         namespace,
         pod,
         "sandbox",
@@ -135,7 +135,7 @@ def run(ctx: Any, section: Section) -> None:
             if time.monotonic() > deadline:
                 raise
             time.sleep(0.5)
-    connection = Connection.from_configuration(client._configuration)
+    session = client._cluster.session
 
     warm, cold, plain = [], [], []
     conn = http.client.HTTPConnection(host, 80, timeout=60)
@@ -156,7 +156,7 @@ def run(ctx: Any, section: Section) -> None:
             cold_failures.append(str(error))
         fresh.close()
         started = time.monotonic()
-        _exec_get(connection, namespace, sandbox.pod, "/")
+        _exec_get(session, namespace, sandbox.pod, "/")
         plain.append((time.monotonic() - started) * 1000)
     result = sandbox.exec(["python3", "-c", LOOPBACK, str(PORT), str(small)])
     loopback = json.loads(result.stdout)
@@ -170,7 +170,7 @@ def run(ctx: Any, section: Section) -> None:
             raise RuntimeError("the large preview GET came back short")
         through.append(large / 1e6 / (time.monotonic() - started))
         started = time.monotonic()
-        if _exec_get(connection, namespace, sandbox.pod, f"/?n={large}") != large:
+        if _exec_get(session, namespace, sandbox.pod, f"/?n={large}") != large:
             raise RuntimeError("the large exec GET came back short")
         direct.append(large / 1e6 / (time.monotonic() - started))
     conn.close()

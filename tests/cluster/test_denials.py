@@ -20,9 +20,9 @@ from typing import Any
 
 import pytest
 import yaml
-from kubernetes import watch
 
 from openblox.client import AdmissionDenied, Client, Sandbox, SandboxGone
+from openblox.client.cluster import sandboxes_path
 from openblox.denials import CATEGORIES, SCHEMA
 from tests.cluster.kube import Kube
 from tests.cluster.sandboxes import opted_in_namespace
@@ -150,14 +150,11 @@ def _reaped(client: Client, kube: Kube, entry: dict[str, Any]) -> Observed:
         idle_timeout_seconds=spec.get("idleTimeoutSeconds"),
     )
     last_status: list[dict[str, Any]] = []
-    stream = watch.Watch().stream(
-        client._custom.list_namespaced_custom_object,
-        "openblox.sh",
-        "v1alpha1",
-        client.namespace,
-        "sandboxes",
-        field_selector=f"metadata.name={sandbox.name}",
+    stream = client._cluster.api.watch(
+        sandboxes_path(client.namespace),
+        resource_version=None,
         timeout_seconds=120,
+        fieldSelector=f"metadata.name={sandbox.name}",
     )
     for event in stream:
         body = event["object"]

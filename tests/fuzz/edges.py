@@ -161,18 +161,19 @@ class _Reached(Exception):
         self.argv = list(argv)
 
 
-class _RecordingClient:
-    def __init__(self) -> None:
-        self._native_supervisor: dict[str, bool] = {}
-        self._core = self
+class _RecordingCluster:
+    """Stands in for the client's cluster I/O: records what would reach the API server."""
 
-    def _open_exec(self, namespace: str, pod: str, argv: Sequence[Any], **_: Any) -> Any:
+    def __init__(self) -> None:
+        self.native_supervisor: dict[str, bool] = {}
+
+    def open_exec(self, namespace: str, pod: str, argv: Sequence[Any], **_: Any) -> Any:
         raise _Reached(argv)
 
-    def _touch(self, namespace: str, name: str) -> None:
+    def touch(self, *_: Any) -> None:
         pass
 
-    def read_namespaced_secret(self, *_: Any) -> Any:
+    def read_secret(self, *_: Any) -> Any:
         raise _Reached(["preview key"])
 
 
@@ -264,7 +265,7 @@ def _positional(method: str, arguments: dict[str, Any]) -> tuple[list[Any], dict
 
 def check_client_call(case: tuple[str, dict[str, Any]]) -> str:
     method, arguments = case
-    sandbox = Sandbox(_RecordingClient(), BODY)  # type: ignore[arg-type]
+    sandbox = Sandbox(_RecordingCluster(), BODY)  # type: ignore[arg-type]
     args, kwargs = _positional(method, arguments)
     try:
         getattr(sandbox, method)(*args, **kwargs)

@@ -16,8 +16,8 @@ from hypothesis import strategies as st
 
 from openblox.builders.pod import build_pod
 from openblox.client.errors import ExecTransportError
+from openblox.client.launch import SUPERVISOR_ARGV
 from openblox.client.supervised import _FrameDecoder
-from openblox.client.sync import SUPERVISOR_ARGV
 from openblox.lifetime import compute_expiry, effective_lifetime
 from openblox.lifetime.reaping import find_expired
 from openblox.models import (

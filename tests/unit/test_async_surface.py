@@ -12,8 +12,8 @@ import pytest
 
 from openblox.client import AsyncClient, AsyncExecStream, AsyncSandbox, Client, Sandbox
 from openblox.client.async_client import AsyncFiles
+from openblox.client.files import Files
 from openblox.client.supervised import ExecStream
-from openblox.client.sync import Files
 
 PAIRS = [
     (Client, AsyncClient),

@@ -12,19 +12,21 @@ import pytest
 PACKAGE = Path(__file__).parents[2] / "operator" / "openblox"
 
 # Which openblox modules each pure layer may import (anything else from openblox is out).
+# `openblox.names` and `openblox.timestamps` are the base every layer may use.
+BASE = ("openblox.names", "openblox.timestamps")
 ALLOWED_OPENBLOX_IMPORTS = {
-    "models": ("openblox.names", "openblox.models"),
-    "lifetime": ("openblox.names", "openblox.models", "openblox.lifetime"),
+    "models": (*BASE, "openblox.models"),
+    "lifetime": (*BASE, "openblox.models", "openblox.lifetime"),
     "leadership": ("openblox.leadership",),
-    "denials": ("openblox.names", "openblox.models", "openblox.lifetime", "openblox.denials"),
+    "denials": (*BASE, "openblox.models", "openblox.lifetime", "openblox.denials"),
     "builders": (
-        "openblox.names",
+        *BASE,
         "openblox.models",
         "openblox.lifetime",
         "openblox.denials",
         "openblox.builders",
     ),
-    "pool": ("openblox.names", "openblox.models", "openblox.builders", "openblox.pool"),
+    "pool": (*BASE, "openblox.models", "openblox.builders", "openblox.pool"),
 }
 FORBIDDEN = (
     "kubernetes",
@@ -88,10 +90,24 @@ def test_pure_layers_import_nothing_that_does_io_or_talks_to_a_cluster(layer: st
 
 
 # Pure modules inside a package that also does I/O, and the openblox modules each may use.
+TRANSPORT_CORE = ("openblox.transport.errors", "openblox.transport.frames")
 PURE_MODULES = {
     "agent_tools/schemas.py": ("openblox.names",),
     "agent_tools/shaping.py": ("openblox.names", "openblox.agent_tools.schemas"),
+    # The transport's I/O-free core, which an asyncio transport builds on as well.
+    "transport/errors.py": (),
+    "transport/frames.py": (),
+    "transport/rest.py": TRANSPORT_CORE,
+    "transport/credentials.py": ("openblox.timestamps", *TRANSPORT_CORE),
+    # The client's pure parts: why an exec broke, when a Sandbox is ready, its limits.
+    "client/postmortem.py": (*BASE, "openblox.denials", "openblox.transport.frames"),
+    "client/readiness.py": (),
+    "client/limits.py": (),
 }
+
+
+# String functions only, though their packages do I/O elsewhere.
+PURE_STANDARD_LIBRARY = ("urllib.parse",)
 
 
 @pytest.mark.parametrize("module", sorted(PURE_MODULES))
@@ -100,7 +116,7 @@ def test_pure_modules_import_nothing_that_does_io_or_talks_to_a_cluster(module: 
     violations = [
         imported
         for imported in file_imports(PACKAGE / module)
-        if within(imported, (*FORBIDDEN, "mcp"))
+        if (within(imported, (*FORBIDDEN, "mcp")) and imported not in PURE_STANDARD_LIBRARY)
         or (within(imported, ("openblox",)) and not within(imported, allowed))
     ]
     assert violations == []
@@ -133,6 +149,26 @@ def test_names_imports_only_the_standard_library_basics() -> None:
     assert modules <= {"enum", "typing"}
 
 
+def test_timestamps_import_only_the_standard_library_basics() -> None:
+    modules = set(file_imports(PACKAGE / "timestamps.py"))
+    assert modules <= {"__future__", "re", "datetime"}
+
+
+def test_the_transport_loads_neither_the_kubernetes_package_nor_the_client() -> None:
+    """The operator and the preview proxy use it without either."""
+    violations = [
+        f"{path.relative_to(PACKAGE.parent)} imports {module}"
+        for path in layer_files("transport")
+        for module in file_imports(path)
+        if within(module, ("kubernetes", "kopf"))
+        or (within(module, ("openblox",)) and not within(module, TRANSPORT_ALLOWED))
+    ]
+    assert violations == []
+
+
+TRANSPORT_ALLOWED = ("openblox.transport", "openblox.timestamps")
+
+
 def test_the_checker_resolves_relative_imports() -> None:
     source = "from ..controller import x\nimport kubernetes.client\nfrom . import pod\n"
     assert list(imported_modules(source, "openblox.builders")) == [
@@ -140,3 +176,158 @@ def test_the_checker_resolves_relative_imports() -> None:
         "kubernetes.client",
         "openblox.builders",
     ]
+
+
+# ------------------------------------------------------------------ one transport
+
+REPOSITORY = PACKAGE.parents[1]
+# The client-library benchmark measures the `kubernetes` package, lightkube and kr8s, each
+# loading its configuration its own way: that loading is the thing it measures.
+MEASURES_OTHER_LIBRARIES = REPOSITORY / "bench" / "sections" / "client_library.py"
+KUBERNETES_LOADERS = {
+    "load_kube_config",
+    "load_incluster_config",
+    "load_config",
+    "new_client_from_config",
+    "list_kube_config_contexts",
+}
+# Where credentials live: only the transport's discovery may name these places.
+CREDENTIAL_PLACES = (".kube/config", "kubernetes.io/serviceaccount")
+
+
+def _outside_the_transport() -> list[Path]:
+    files = [*sorted(PACKAGE.rglob("*.py")), *sorted((REPOSITORY / "bench").rglob("*.py"))]
+    return [
+        path
+        for path in files
+        if PACKAGE / "transport" not in path.parents and path != MEASURES_OTHER_LIBRARIES
+    ]
+
+
+def transport_violations(path: Path, source: str) -> Iterator[str]:
+    """What in `source` opens an exec websocket or finds credentials on its own."""
+    tree = ast.parse(source)
+    # Prose may name the places (docstrings say where credentials come from); code may not.
+    prose = {
+        id(node.value)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant)
+    }
+    for module in imported_modules(source, "openblox"):
+        if within(module, ("websocket", "kubernetes.config", "kubernetes.stream")):
+            yield f"imports {module}"
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and node.attr in KUBERNETES_LOADERS:
+            yield f"calls {node.attr}"
+        elif isinstance(node, ast.Name) and node.id in KUBERNETES_LOADERS:
+            yield f"calls {node.id}"
+        elif (
+            isinstance(node, ast.Constant)
+            and id(node) not in prose
+            and isinstance(node.value, str)
+            and (node.value == ".kube" or any(place in node.value for place in CREDENTIAL_PLACES))
+        ):
+            yield f"names {node.value!r}"
+
+
+def test_only_the_transport_opens_exec_websockets_or_finds_credentials() -> None:
+    """One exec websocket and one credential loader (issue 13): nothing outside
+    `openblox/transport/` in the package or the benchmarks imports `websocket`, calls a
+    `kubernetes.config` loader, or names a kubeconfig's or a ServiceAccount's place."""
+    violations = [
+        f"{path.relative_to(REPOSITORY)} {what}"
+        for path in _outside_the_transport()
+        for what in transport_violations(path, path.read_text())
+    ]
+    assert violations == []
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "import websocket\n",
+        "from kubernetes import config\nconfig.load_kube_config()\n",
+        "from kubernetes.config import load_incluster_config\n",
+        "p = Path.home() / '.kube' / 'config'\n",
+        "token = open('/var/run/secrets/kubernetes.io/serviceaccount/token').read()\n",
+    ],
+)
+def test_the_transport_check_catches_each_way_round_it(source: str) -> None:
+    assert list(transport_violations(PACKAGE / "cli" / "main.py", source))
+
+
+# ------------------------------------------------------------------ no import cycles
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Module -> the openblox modules it imports (`from pkg import mod` counts as pkg.mod).
+
+    Every import counts, those inside functions and under `if TYPE_CHECKING:` too: a
+    cycle hidden from the interpreter is still two modules that cannot be read apart."""
+    modules = {_module_name(path): path for path in PACKAGE.rglob("*.py")}
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        edges: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.Import | ast.ImportFrom):
+                continue
+            for target in imported_modules(ast.unparse(node), package):
+                if isinstance(node, ast.ImportFrom):
+                    submodules = {f"{target}.{alias.name}" for alias in node.names}
+                    found = submodules & modules.keys()
+                    if found:
+                        edges |= found
+                        continue
+                if target in modules:
+                    edges.add(target)
+        graph[name] = edges - {name}
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components with more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for successor in sorted(graph.get(node, ())):
+            if successor not in index:
+                visit(successor)
+                low[node] = min(low[node], low[successor])
+            elif successor in stack:
+                low[node] = min(low[node], index[successor])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def test_openblox_has_no_import_cycles() -> None:
+    assert cycles(import_graph()) == []
+
+
+def test_the_cycle_finder_finds_a_cycle() -> None:
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+    assert cycles(graph) == [["a", "b", "c"]]

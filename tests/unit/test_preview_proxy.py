@@ -14,10 +14,10 @@ from typing import Any
 
 import pytest
 
-from openblox.client.exec_stream import STDOUT, Frame
 from openblox.preview.relay import Tunnel
 from openblox.preview.server import PreviewServer
 from openblox.preview.tokens import Grant, sign
+from openblox.transport import STDOUT, Frame
 
 KEY = b"s" * 32
 

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from openblox.client import supervisor
-from openblox.client.sync import SUPERVISOR_ARGV
+from openblox.client.launch import SUPERVISOR_ARGV
 
 PYTHON = sys.executable
 NATIVE_SOURCE = Path(supervisor.__file__).with_name("supervise.c")

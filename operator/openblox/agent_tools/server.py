@@ -11,7 +11,6 @@ from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
 import anyio.to_thread
-from kubernetes.client.exceptions import ApiException
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import ToolAnnotations
@@ -64,6 +63,7 @@ from openblox.client import (
     SandboxTimeout,
 )
 from openblox.names import WORKSPACE_DIR
+from openblox.transport import ApiError
 
 T = TypeVar("T")
 
@@ -103,7 +103,7 @@ def build_server(session: SandboxSession) -> MCPServer[None]:
             raise ToolError(error_text(str(error), error.record)) from error
         except (OpenbloxClientError, ValueError) as error:
             raise ToolError(str(error)) from error
-        except ApiException as error:
+        except ApiError as error:
             raise ToolError(
                 f"the Kubernetes API refused the request ({error.status} {error.reason}); "
                 "the identity running this server may lack the openblox-client role"
@@ -118,8 +118,13 @@ def build_server(session: SandboxSession) -> MCPServer[None]:
         sandbox: Sandbox, argv: list[str], stdin: str | None, cwd: str | None, timeout: float | None
     ) -> RunResult:
         result = sandbox.exec(argv, stdin=stdin, cwd=cwd or WORKSPACE_DIR, timeout=timeout)
-        limit, cap = sandbox._limits()
-        return run_result(result, sandbox=sandbox.name, timeout=timeout or limit, cap=cap)
+        limits = sandbox.exec_limits
+        return run_result(
+            result,
+            sandbox=sandbox.name,
+            timeout=timeout or limits.timeout_seconds,
+            cap=limits.output_bytes,
+        )
 
     @tool(
         "Run Python 3 source in the sandbox (python3 -c SOURCE, in /workspace) and return its "
@@ -171,7 +176,8 @@ def build_server(session: SandboxSession) -> MCPServer[None]:
         def read() -> FileContent:
             target = sandbox_path(path)
             sandbox = session.sandbox()
-            return file_content(target, sandbox.files.read(target, limit=sandbox._limits()[1]))
+            limit = sandbox.exec_limits.output_bytes
+            return file_content(target, sandbox.files.read(target, limit=limit))
 
         return await call(read)
 
@@ -286,14 +292,14 @@ def _checked(session: SandboxSession, work: Callable[[], T]) -> T:
 
 def _profile_info(session: SandboxSession) -> ProfileInfo:
     sandbox = session.sandbox()
-    timeout, output = sandbox._limits()
+    limits = sandbox.exec_limits
     return ProfileInfo(
         name=sandbox.profile,
         namespace=sandbox.namespace,
         sandbox=sandbox.name,
-        timeout_seconds=timeout,
-        output_bytes=output,
-        processes=sandbox._process_cap(),
+        timeout_seconds=limits.timeout_seconds,
+        output_bytes=limits.output_bytes,
+        processes=limits.processes,
         writable=list(WRITABLE_PLACES),
         network="none: loopback (127.0.0.1) only",
         expires_at=sandbox.status.get("expiresAt"),

@@ -12,7 +12,7 @@ from typing import Any, Literal, TypedDict
 
 from openblox.denials import Denial
 from openblox.lifetime import Expiry
-from openblox.models import Boundary, OpenbloxError, format_timestamp
+from openblox.models import Boundary, OpenbloxError, format_timestamp, parse_timestamp
 from openblox.names import CONTAINER_NAME, ConditionType, Reason
 
 ConditionStatus = Literal["True", "False", "Unknown"]
@@ -145,7 +145,7 @@ def lost_node(pod: Mapping[str, Any], now: datetime) -> str | None:
     )
     if not evicted:
         return None
-    since = (now - datetime.fromisoformat(deleted.replace("Z", "+00:00"))).total_seconds()
+    since = (now - parse_timestamp(deleted)).total_seconds()
     if since < LOST_NODE_GRACE_SECONDS:
         return None
     return str((pod.get("spec") or {}).get("nodeName") or "its node")

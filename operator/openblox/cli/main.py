@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import http.client
 import json
 import math
 import sys
@@ -12,12 +13,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
-import urllib3
-from kubernetes.client.exceptions import ApiException
-from kubernetes.config import ConfigException
-
 from openblox.client import Client, ExecResult, OpenbloxClientError, Sandbox
 from openblox.client.processes import LOG_BYTES
+from openblox.transport import ApiError, CredentialsError
 
 
 def _spinner(message: str, done: threading.Event) -> None:
@@ -373,13 +371,12 @@ def main(argv: Sequence[str] | None = None) -> None:
         sys.exit(args.handler(client, args))
     except OpenbloxClientError as error:
         _fail(args, type(error).__name__, str(error), getattr(error, "record", None))
-    except (ConfigException, FileNotFoundError) as error:
+    except (CredentialsError, FileNotFoundError) as error:
         _fail(args, "ConfigError", f"cannot load the kubeconfig: {error}")
-    except ApiException as error:
+    except ApiError as error:
         _fail(args, "ApiError", f"the API server answered {error.status} {error.reason}")
-    except urllib3.exceptions.HTTPError as error:
-        reason = getattr(error, "reason", None) or error
-        _fail(args, "Unreachable", f"cannot reach the API server: {reason}")
+    except (OSError, http.client.HTTPException) as error:
+        _fail(args, "Unreachable", f"cannot reach the API server: {error}")
 
 
 def _fail(

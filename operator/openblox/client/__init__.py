@@ -1,6 +1,12 @@
-"""The caller's side: create sandboxes from profiles and run code in them."""
+"""The caller's side: create sandboxes from profiles and run code in them.
 
-from openblox.client.async_client import AsyncClient, AsyncExecStream, AsyncSandbox
+The async client is loaded on first use (`from openblox.client import AsyncClient` works
+as before): it brings aiohttp, which a caller of the sync `Client`, the CLI among them,
+need not pay for in import time and memory.
+"""
+
+from typing import TYPE_CHECKING, Any
+
 from openblox.client.errors import (
     AdmissionDenied,
     ExecTransportError,
@@ -12,10 +18,16 @@ from openblox.client.errors import (
     SandboxNotReady,
     SandboxTimeout,
 )
+from openblox.client.limits import ExecLimits
 from openblox.client.processes import Process
 from openblox.client.results import ExecResult
 from openblox.client.supervised import ExecStream, OutputChunk
 from openblox.client.sync import Client, Sandbox
+
+if TYPE_CHECKING:
+    from openblox.client.async_client import AsyncClient, AsyncExecStream, AsyncSandbox
+
+_ASYNC = ("AsyncClient", "AsyncExecStream", "AsyncSandbox")
 
 __all__ = [
     "AdmissionDenied",
@@ -23,6 +35,7 @@ __all__ = [
     "AsyncExecStream",
     "AsyncSandbox",
     "Client",
+    "ExecLimits",
     "ExecResult",
     "ExecStream",
     "ExecTransportError",
@@ -37,3 +50,11 @@ __all__ = [
     "SandboxNotReady",
     "SandboxTimeout",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _ASYNC:
+        from openblox.client import async_client
+
+        return getattr(async_client, name)
+    raise AttributeError(f"module 'openblox.client' has no attribute {name!r}")

@@ -1,178 +1,51 @@
-"""`openblox.AsyncClient`: the same surface as Client, for asyncio callers.
+"""`openblox.AsyncClient`: the same surface as Client, for asyncio callers, with no threads.
 
-The Kubernetes calls underneath are blocking; each runs in a worker thread so the
-caller's event loop never waits on the network.
+Every call is a coroutine on the caller's event loop: API requests through
+`transport.aio_api.AsyncApi` and execs through `transport.aio_exec.AsyncExecSocket`
+(aiohttp, ADR 0011), with the credentials the transport finds in its one documented order.
+So hundreds of concurrent execs from one loop are hundreds of websockets, not threads,
+and the default executor's size caps nothing.
+
+Close it with `await client.aclose()` (or `async with AsyncClient(...)`) to close its
+connections; one client may serve several event loops, one after another.
 """
 
 from __future__ import annotations
 
-import asyncio
 import builtins
-from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+import secrets
+import time
+from collections.abc import Mapping
+from datetime import UTC, datetime
 from typing import Any
 
-from openblox.client.processes import LOG_BYTES, Process
-from openblox.client.results import ExecResult
-from openblox.client.supervised import ExecStream, OutputChunk
-from openblox.client.sync import DEFAULT_READ_LIMIT, Client, Files, Sandbox
+from openblox.client.async_cluster import AsyncCluster
+from openblox.client.async_files import AsyncFiles
+from openblox.client.async_sandbox import AsyncSandbox
+from openblox.client.async_supervised import AsyncExecStream
+from openblox.client.errors import (
+    AdmissionDenied,
+    InvalidArgument,
+    SandboxGone,
+    SandboxNotReady,
+    SandboxTimeout,
+)
+from openblox.client.readiness import TERMINAL_REASONS, ready_condition, settled
+from openblox.client.sync import ADMISSION_PROFILES
+from openblox.denials import admission_denial
+from openblox.names import GROUP, VERSION
+from openblox.transport import BadRequest, Conflict, Forbidden, Invalid, Session
 
-
-class AsyncExecStream:
-    """`Sandbox.stream` for asyncio callers: `async for chunk in stream`, then `.result`."""
-
-    def __init__(self, stream: ExecStream) -> None:
-        self._stream = stream
-        self._chunks: Iterator[OutputChunk] | None = None
-
-    def __aiter__(self) -> AsyncExecStream:
-        return self
-
-    async def __anext__(self) -> OutputChunk:
-        if self._chunks is None:
-            self._chunks = iter(self._stream)
-        # Each wait for output happens in a worker thread; the event loop stays free.
-        chunk = await asyncio.to_thread(next, self._chunks, None)
-        if chunk is None:
-            raise StopAsyncIteration
-        return chunk
-
-    async def __aenter__(self) -> AsyncExecStream:
-        return self
-
-    async def __aexit__(self, *_: object) -> None:
-        await asyncio.to_thread(self._stream.__exit__, None, None, None)
-
-    @property
-    def result(self) -> ExecResult:
-        return self._stream.result
-
-
-class AsyncFiles:
-    """`Sandbox.files` for asyncio callers."""
-
-    def __init__(self, files: Files) -> None:
-        self._files = files
-
-    async def write(self, path: str, data: bytes | str, mode: int = 0o644) -> None:
-        await asyncio.to_thread(self._files.write, path, data, mode)
-
-    async def read(self, path: str, limit: int = DEFAULT_READ_LIMIT) -> bytes:
-        return await asyncio.to_thread(self._files.read, path, limit)
-
-    async def list(self, path: str = "/workspace") -> list[dict[str, Any]]:
-        return await asyncio.to_thread(self._files.list, path)
-
-    async def remove(self, path: str) -> None:
-        await asyncio.to_thread(self._files.remove, path)
-
-    async def __aiter__(self) -> AsyncIterator[dict[str, Any]]:
-        for entry in await self.list():
-            yield entry
-
-
-class AsyncSandbox:
-    def __init__(self, sandbox: Sandbox) -> None:
-        self._sandbox = sandbox
-        self.name = sandbox.name
-        self.namespace = sandbox.namespace
-        self.profile = sandbox.profile
-        self.files = AsyncFiles(sandbox.files)
-
-    @property
-    def status(self) -> Mapping[str, Any]:
-        return self._sandbox.status
-
-    @property
-    def pod(self) -> str:
-        return self._sandbox.pod
-
-    async def refresh(self) -> AsyncSandbox:
-        await asyncio.to_thread(self._sandbox.refresh)
-        return self
-
-    async def preview_url(
-        self, port: int, *, ttl: float = 3600, base_url: str | None = None
-    ) -> str:
-        # Signing reads the key Secret and the proxy's address from the API server.
-        return await asyncio.to_thread(self._sandbox.preview_url, port, ttl=ttl, base_url=base_url)
-
-    async def __aenter__(self) -> AsyncSandbox:
-        return self
-
-    async def __aexit__(self, *_: object) -> None:
-        await self.delete()
-
-    async def exec(
-        self,
-        argv: Sequence[str],
-        *,
-        stdin: bytes | str | None = None,
-        env: Mapping[str, str] | None = None,
-        cwd: str | None = None,
-        timeout: float | None = None,
-        output_limit: int | None = None,
-    ) -> ExecResult:
-        return await asyncio.to_thread(
-            self._sandbox.exec,
-            argv,
-            stdin=stdin,
-            env=env,
-            cwd=cwd,
-            timeout=timeout,
-            output_limit=output_limit,
-        )
-
-    async def stream(
-        self,
-        argv: Sequence[str],
-        *,
-        stdin: bytes | str | None = None,
-        env: Mapping[str, str] | None = None,
-        cwd: str | None = None,
-        timeout: float | None = None,
-        output_limit: int | None = None,
-    ) -> AsyncExecStream:
-        stream = await asyncio.to_thread(
-            self._sandbox.stream,
-            argv,
-            stdin=stdin,
-            env=env,
-            cwd=cwd,
-            timeout=timeout,
-            output_limit=output_limit,
-        )
-        return AsyncExecStream(stream)
-
-    async def write_file(self, path: str, data: bytes | str, mode: int = 0o644) -> None:
-        await self.files.write(path, data, mode)
-
-    async def read_file(self, path: str, limit: int = DEFAULT_READ_LIMIT) -> bytes:
-        return await self.files.read(path, limit)
-
-    async def start_process(
-        self,
-        name: str,
-        argv: Sequence[str],
-        *,
-        env: Mapping[str, str] | None = None,
-        cwd: str | None = None,
-    ) -> Process:
-        return await asyncio.to_thread(self._sandbox.start_process, name, argv, env=env, cwd=cwd)
-
-    async def processes(self) -> list[Process]:
-        return await asyncio.to_thread(self._sandbox.processes)
-
-    async def stop_process(self, name: str, *, grace: float = 2.0) -> Process:
-        return await asyncio.to_thread(self._sandbox.stop_process, name, grace=grace)
-
-    async def logs(self, name: str, *, stream: str = "stdout", limit: int = LOG_BYTES) -> bytes:
-        return await asyncio.to_thread(self._sandbox.logs, name, stream=stream, limit=limit)
-
-    async def delete(self) -> None:
-        await asyncio.to_thread(self._sandbox.delete)
+__all__ = ["AsyncClient", "AsyncExecStream", "AsyncFiles", "AsyncSandbox"]
 
 
 class AsyncClient:
+    """A connection to one cluster for asyncio callers; cheap to keep.
+
+    Credentials are found in the transport's one order (`openblox.transport.credentials`),
+    as for `Client`; the namespace defaults to the one of the same source.
+    """
+
     def __init__(
         self,
         namespace: str | None = None,
@@ -180,8 +53,18 @@ class AsyncClient:
         kubeconfig: str | None = None,
         context: str | None = None,
     ) -> None:
-        self._client = Client(namespace, kubeconfig=kubeconfig, context=context)
-        self.namespace = self._client.namespace
+        self._cluster = AsyncCluster(Session.discover(kubeconfig, context))
+        self.namespace = namespace or self._cluster.session.namespace
+
+    async def __aenter__(self) -> AsyncClient:
+        return self
+
+    async def __aexit__(self, *_: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Close this loop's connections (a later call opens new ones)."""
+        await self._cluster.aclose()
 
     async def create(
         self,
@@ -193,25 +76,80 @@ class AsyncClient:
         max_age_seconds: int | None = None,
         timeout: float = 120.0,
     ) -> AsyncSandbox:
-        sandbox = await asyncio.to_thread(
-            self._client.create,
-            profile,
-            name,
-            namespace,
-            idle_timeout_seconds=idle_timeout_seconds,
-            max_age_seconds=max_age_seconds,
-            timeout=timeout,
-        )
-        return AsyncSandbox(sandbox)
+        """Get or create a Sandbox and wait, on a watch, until it is Ready."""
+        namespace = namespace or self.namespace
+        name = name or f"sbx-{secrets.token_hex(4)}"
+        spec: dict[str, Any] = {"profile": profile}
+        if idle_timeout_seconds is not None:
+            spec["idleTimeoutSeconds"] = idle_timeout_seconds
+        if max_age_seconds is not None:
+            spec["maxAgeSeconds"] = max_age_seconds
+        body = {
+            "apiVersion": f"{GROUP}/{VERSION}",
+            "kind": "Sandbox",
+            "metadata": {"name": name, "namespace": namespace},
+            "spec": spec,
+        }
+        try:
+            created: Mapping[str, Any] = await self._cluster.create_sandbox(body)
+        except Conflict as error:
+            existing = await self._cluster.read_sandbox(namespace, name)
+            if existing is None:
+                raise SandboxGone(
+                    f"sandbox {namespace}/{name} was deleted while starting"
+                ) from error
+            if existing["spec"].get("profile") != profile:
+                raise InvalidArgument(
+                    f"sandbox {namespace}/{name} exists with profile "
+                    f"{existing['spec'].get('profile')}, not {profile}"
+                ) from error
+            created = existing
+        except (BadRequest, Forbidden, Invalid) as error:
+            record = admission_denial(
+                profile, error.message or error.reason, datetime.now(UTC)
+            ).to_dict()
+            raise AdmissionDenied(f"sandbox refused: {record['because']}", record) from error
+        ready = await self._wait_ready(namespace, name, created, timeout)
+        return AsyncSandbox(self._cluster, ready)
+
+    async def _wait_ready(
+        self, namespace: str, name: str, body: Mapping[str, Any], timeout: float
+    ) -> Mapping[str, Any]:
+        deadline = time.monotonic() + timeout
+        last_reason: str | None = None
+        current = body
+        while True:
+            condition = ready_condition(current)
+            if condition:
+                last_reason = condition.get("reason")
+                if condition.get("status") == "True":
+                    return current
+                if last_reason in TERMINAL_REASONS:
+                    raise SandboxNotReady(name, str(last_reason), str(condition.get("message")))
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise SandboxTimeout(name, timeout, last_reason)
+            resource_version = current["metadata"].get("resourceVersion")
+            async for current in self._cluster.sandbox_changes(
+                namespace, name, resource_version, remaining
+            ):
+                if settled(current):
+                    break
 
     async def get(self, name: str, namespace: str | None = None) -> AsyncSandbox:
-        return AsyncSandbox(await asyncio.to_thread(self._client.get, name, namespace))
+        namespace = namespace or self.namespace
+        body = await self._cluster.read_sandbox(namespace, name)
+        if body is None:
+            raise SandboxGone(f"sandbox {namespace}/{name} does not exist")
+        return AsyncSandbox(self._cluster, body)
 
     async def list(self, namespace: str | None = None) -> builtins.list[AsyncSandbox]:
-        return [AsyncSandbox(s) for s in await asyncio.to_thread(self._client.list, namespace)]
+        items = await self._cluster.list_sandboxes(namespace or self.namespace)
+        return [AsyncSandbox(self._cluster, item) for item in items]
 
     async def delete(self, name: str, namespace: str | None = None) -> None:
-        await asyncio.to_thread(self._client.delete, name, namespace)
+        await self._cluster.delete_sandbox(namespace or self.namespace, name)
 
     async def profiles(self) -> builtins.list[str]:
-        return await asyncio.to_thread(self._client.profiles)
+        """Profiles the admission policy will accept (read from the operator's published list)."""
+        return sorted((await self._cluster.read_config_map(ADMISSION_PROFILES)).keys())

@@ -14,19 +14,15 @@ from __future__ import annotations
 
 import base64
 import time
-from typing import TYPE_CHECKING, Any
-
-from kubernetes.client.exceptions import ApiException
+from collections.abc import Mapping
 
 from openblox.client.arguments import checked_port, checked_ttl
+from openblox.client.cluster import SYSTEM_NAMESPACE, Cluster
 from openblox.client.errors import OpenbloxClientError
 from openblox.preview.keys import SECRET_NAME, KeyRing, KeyRingError
 from openblox.preview.tokens import MAX_TTL_SECONDS, Grant, sign
+from openblox.transport import ApiError
 
-if TYPE_CHECKING:
-    from openblox.client.sync import Sandbox
-
-SYSTEM_NAMESPACE = "openblox-system"
 CONFIG_MAP = "openblox-preview"
 DEFAULT_BASE_URL = "http://openblox-preview.openblox-system.svc"
 DEFAULT_TTL_SECONDS = 3600
@@ -36,43 +32,63 @@ class PreviewUnavailable(OpenbloxClientError):
     """No key to sign with: the Secret is missing, unreadable to this caller, or invalid."""
 
 
-def read_key_ring(core: Any) -> KeyRing:
+def read_key_ring(cluster: Cluster) -> KeyRing:
     try:
-        secret = core.read_namespaced_secret(SECRET_NAME, SYSTEM_NAMESPACE)
-    except ApiException as error:
-        raise PreviewUnavailable(
-            f"cannot read the preview key Secret {SYSTEM_NAMESPACE}/{SECRET_NAME} "
-            f"({error.status}); minting links needs the openblox-preview-signer Role"
-        ) from error
-    entries = {name: base64.b64decode(value) for name, value in (secret.data or {}).items()}
+        data = cluster.read_secret(SECRET_NAME, SYSTEM_NAMESPACE)
+    except ApiError as error:
+        raise secret_unreadable(error.status) from error
+    return key_ring(data)
+
+
+def secret_unreadable(status: int) -> PreviewUnavailable:
+    return PreviewUnavailable(
+        f"cannot read the preview key Secret {SYSTEM_NAMESPACE}/{SECRET_NAME} "
+        f"({status}); minting links needs the openblox-preview-signer Role"
+    )
+
+
+def key_ring(data: Mapping[str, str]) -> KeyRing:
+    """The key ring in the Secret's `data` (base64 values)."""
+    entries = {name: base64.b64decode(value) for name, value in data.items()}
     try:
         return KeyRing.from_mapping(entries)
     except KeyRingError as error:
         raise PreviewUnavailable(f"the preview key Secret is not usable: {error}") from error
 
 
-def base_url(core: Any) -> str:
+def base_url(cluster: Cluster) -> str:
     try:
-        config_map = core.read_namespaced_config_map(CONFIG_MAP, SYSTEM_NAMESPACE)
-    except ApiException:
+        data = cluster.read_config_map(CONFIG_MAP, SYSTEM_NAMESPACE)
+    except ApiError:
         return DEFAULT_BASE_URL
-    return str((config_map.data or {}).get("baseURL") or DEFAULT_BASE_URL)
+    return str(data.get("baseURL") or DEFAULT_BASE_URL)
 
 
 def preview_url(
-    sandbox: Sandbox,
+    cluster: Cluster,
+    namespace: str,
+    name: str,
+    uid: str,
     port: int,
     *,
     ttl: float = DEFAULT_TTL_SECONDS,
     base: str | None = None,
     now: float | None = None,
 ) -> str:
-    """A signed URL to 127.0.0.1:`port` inside `sandbox`, valid for `ttl` seconds."""
+    """A signed URL to 127.0.0.1:`port` inside the Sandbox `uid`, valid for `ttl` seconds."""
     port = checked_port(port)
     ttl = checked_ttl(ttl, MAX_TTL_SECONDS)
-    core = sandbox._client._core
-    key_id, key = read_key_ring(core).signing_key()
-    uid = str(sandbox._body["metadata"]["uid"])
-    expires = int((time.time() if now is None else now) + ttl)
-    token = sign(Grant(sandbox.namespace, sandbox.name, uid, port, expires), key_id, key)
-    return f"{(base or base_url(core)).rstrip('/')}/p/{token}/"
+    ring = read_key_ring(cluster)
+    grant = Grant(namespace, name, uid, port, expiry(ttl, now))
+    return signed_url(grant, ring, base or base_url(cluster))
+
+
+def expiry(ttl: float, now: float | None = None) -> int:
+    """When a link made now, valid `ttl` seconds, expires (Unix seconds)."""
+    return int((time.time() if now is None else now) + ttl)
+
+
+def signed_url(grant: Grant, ring: KeyRing, base: str) -> str:
+    """The link for `grant`, signed with the ring's current key, under `base`."""
+    key_id, key = ring.signing_key()
+    return f"{base.rstrip('/')}/p/{sign(grant, key_id, key)}/"

@@ -8,15 +8,18 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any, NoReturn
 
 from openblox.client.errors import ExecTransportError
-from openblox.client.exec_stream import ERROR, STDERR, STDOUT, ExecSocket
 from openblox.client.results import ExecResult
 from openblox.denials import ExecOutcome
+from openblox.transport import ERROR, STDERR, STDOUT, ExecSocket, ExecStreamError
 
-if TYPE_CHECKING:
-    from openblox.client.sync import Sandbox
+# What to make of an outcome (classify its denials), given the seconds it took.
+ResultMaker = Callable[[ExecOutcome, float], ExecResult]
+# Called when the stream ended without a verdict (the final Status, the stderr, when the
+# exec began); it finds out why and raises.
+BrokenHandler = Callable[[bytes, bytearray, datetime], NoReturn]
 
 # How long past the command's own timeout the supervisor may take to report.
 EXEC_GRACE_SECONDS = 10.0
@@ -35,9 +38,10 @@ class _SupervisedRun:
 
     def __init__(
         self,
-        sandbox: Sandbox,
         socket: ExecSocket,
         *,
+        make_result: ResultMaker,
+        on_broken: BrokenHandler,
         stdin: bytes | None,
         timeout: float,
         cap: int,
@@ -46,7 +50,8 @@ class _SupervisedRun:
         started_at: datetime,
         fallback: Callable[[], ExecSocket] | None = None,
     ) -> None:
-        self._sandbox = sandbox
+        self._make_result = make_result
+        self._on_broken = on_broken
         self._socket = socket
         self._timeout = timeout
         self._cap = cap
@@ -97,6 +102,8 @@ class _SupervisedRun:
                 # The client's own deadline: the supervisor never reported.
                 self._finish(137, timed_out=True, truncated=False, signal=None)
                 return
+            except ExecStreamError as error:
+                raise ExecTransportError(str(error), error.status_code) from error
             finally:
                 self._socket.close()
             verdict = self._decoder.verdict
@@ -106,7 +113,7 @@ class _SupervisedRun:
                 self._send_stdin()
                 continue
             if verdict is None:
-                self._sandbox._raise_broken(status, diagnostics, self._started_at)
+                self._on_broken(status, diagnostics, self._started_at)
             break
         self._finish(
             int(verdict["exit_code"]),
@@ -131,7 +138,7 @@ class _SupervisedRun:
             self._argv,
             self._cwd,
         )
-        self._result = self._sandbox._result(outcome, time.monotonic() - self._started)
+        self._result = self._make_result(outcome, time.monotonic() - self._started)
 
 
 class ExecStream:

@@ -9,9 +9,7 @@ drives its canaries and how the bare-runc adapter runs commands.
 from __future__ import annotations
 
 import contextlib
-import copy
 import json
-import os
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -19,19 +17,20 @@ from pathlib import Path
 from typing import Any
 
 from kubernetes import client as k8s
-from kubernetes import config as k8s_config
 from kubernetes.client.exceptions import ApiException
 
-from openblox.client.errors import ExecTransportError
-from openblox.client.exec_stream import (
+from openblox.conformance.backend import ExecOutcome
+from openblox.kubernetes_configuration import kubernetes_configuration
+from openblox.transport import (
     ERROR,
     STDERR,
     STDOUT,
-    Connection,
     ExecSocket,
+    ExecStreamError,
+    Session,
     exit_code_from_status,
 )
-from openblox.conformance.backend import ExecOutcome
+from openblox.transport.discovery import standard_credentials_exist
 
 # The embedded cluster's kubeconfig: used when nothing else is configured.
 EMBEDDED_KUBECONFIG = Path("/var/lib/openblox/cluster/admin.kubeconfig")
@@ -41,32 +40,14 @@ RAW_OUTPUT_CAP = 16 << 20
 
 
 def kubeconfig_path(kubeconfig: str | None) -> str | None:
-    """The kubeconfig to load: the one given; None when the standard lookup applies (in a
-    pod, KUBECONFIG, ~/.kube/config); else the embedded cluster's admin kubeconfig."""
+    """The kubeconfig to use: the one given; None when the transport's standard lookup
+    finds credentials (KUBECONFIG, a pod's ServiceAccount, ~/.kube/config); else the
+    embedded cluster's admin kubeconfig."""
     if kubeconfig is not None:
         return kubeconfig
-    if (
-        os.environ.get("KUBERNETES_SERVICE_HOST")
-        or os.environ.get("KUBECONFIG")
-        or Path("~/.kube/config").expanduser().exists()
-        or not EMBEDDED_KUBECONFIG.exists()
-    ):
+    if standard_credentials_exist() or not EMBEDDED_KUBECONFIG.exists():
         return None
     return str(EMBEDDED_KUBECONFIG)
-
-
-def load_configuration(kubeconfig: str | None = None) -> k8s.Configuration:
-    """In-cluster credentials inside a pod; else KUBECONFIG/~/.kube/config; else the
-    embedded cluster's admin kubeconfig."""
-    configuration = k8s.Configuration()
-    if kubeconfig is None and os.environ.get("KUBERNETES_SERVICE_HOST"):
-        with contextlib.suppress(k8s_config.ConfigException):
-            k8s_config.load_incluster_config(client_configuration=configuration)
-            return configuration
-    k8s_config.load_kube_config(
-        config_file=kubeconfig_path(kubeconfig), client_configuration=configuration
-    )
-    return configuration
 
 
 def status_of(error: BaseException) -> int | None:
@@ -104,10 +85,11 @@ class PodEnded(RuntimeError):
 class Kube:
     """API access as one identity (``impersonate`` names a user to act as)."""
 
-    def __init__(self, configuration: k8s.Configuration, *, impersonate: str | None = None) -> None:
-        self.configuration = configuration
+    def __init__(self, session: Session, *, impersonate: str | None = None) -> None:
+        self.session = session
+        self.configuration = kubernetes_configuration(session)
         self.impersonate = impersonate
-        self.api = k8s.ApiClient(configuration)
+        self.api = k8s.ApiClient(self.configuration)
         if impersonate:
             self.api.set_default_header("Impersonate-User", impersonate)
         self.core = k8s.CoreV1Api(self.api)
@@ -117,10 +99,10 @@ class Kube:
 
     @classmethod
     def connect(cls, kubeconfig: str | None = None) -> Kube:
-        return cls(load_configuration(kubeconfig))
+        return cls(Session.discover(kubeconfig_path(kubeconfig)))
 
     def as_user(self, user: str) -> Kube:
-        return Kube(copy.copy(self.configuration), impersonate=user)
+        return Kube(self.session, impersonate=user)
 
     def plain(self, obj: Any) -> dict[str, Any]:
         result: dict[str, Any] = self.api.sanitize_for_serialization(obj)
@@ -233,12 +215,9 @@ class Kube:
 
     # ------------------------------------------------------------------ exec
 
-    def connection(self) -> Connection:
-        connection = Connection.from_configuration(self.configuration)
-        if self.impersonate:
-            headers = (*connection.headers, f"Impersonate-User: {self.impersonate}")
-            connection = Connection(connection.host, headers, connection.sslopt)
-        return connection
+    def exec_headers(self) -> tuple[str, ...]:
+        """What an exec stream sends besides the credentials: who it acts as, if not itself."""
+        return (f"Impersonate-User: {self.impersonate}",) if self.impersonate else ()
 
     def exec(
         self,
@@ -256,15 +235,16 @@ class Kube:
         started = time.monotonic()
         try:
             socket = ExecSocket(
-                self.connection(),
+                self.session,
                 namespace,
                 pod,
                 container,
                 argv,
                 stdin=stdin is not None,
                 timeout=min(30.0, timeout),
+                headers=self.exec_headers(),
             )
-        except ExecTransportError as error:
+        except ExecStreamError as error:
             return ExecOutcome(
                 b"", b"", None, duration=time.monotonic() - started, error=str(error)
             )
@@ -286,7 +266,7 @@ class Kube:
                     status = frame.data
         except TimeoutError:
             timed_out = True
-        except ExecTransportError as error:
+        except ExecStreamError as error:
             error_text = str(error)
         finally:
             socket.close()

@@ -16,7 +16,8 @@ of its own):
   namespaces (optional; CTL-004 also tries it)
 - ``OPENBLOX_CONFORMANCE_PROCESSES``: the process cap the profile declares (default 256)
 - ``OPENBLOX_CONFORMANCE_KEEP``: ``1`` keeps the run's namespaces for debugging
-- ``KUBECONFIG``: the cluster (in a pod, its ServiceAccount is used)
+- ``KUBECONFIG``: the cluster (without it, in a pod, its ServiceAccount; the order is
+  ``openblox.transport.credentials``)
 """
 
 from __future__ import annotations

@@ -2,19 +2,14 @@
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import ssl
 import time
-from typing import Any
-from urllib.parse import urlencode
-
-import websocket
 
 from openblox.controller.kube import Kube
 from openblox.models.boundary import classify_boundary
 from openblox.models.profile import Boundary
 from openblox.names import CONTAINER_NAME
+from openblox.transport import STDOUT, ExecSocket
 
 log = logging.getLogger(__name__)
 
@@ -36,8 +31,6 @@ def probe_script(version_file: str = "/proc/version") -> str:
 
 _PROBE = ["/bin/sh", "-c", probe_script()]
 _PROBE_SECONDS = 30.0
-PROTOCOL = "v5.channel.k8s.io"
-STDOUT = 1
 
 
 def probe_boundary(
@@ -56,49 +49,24 @@ def probe_boundary(
 
 
 def _exec(kube: Kube, namespace: str, pod: str) -> str:
-    """The probe's stdout, over pods/exec (websocket channel protocol v5).
-
-    Channel 1 is stdout; the stream ends when the server closes it after the command.
-    (The client's ExecSocket is not used: importing openblox.client loads the
-    `kubernetes` package, which the operator does without.)
-    """
+    """The probe's stdout, over the transport's pods/exec; the stream ends when the server
+    closes it after the command. A probe past its deadline raises (TimeoutError)."""
     kube.guard_write()  # an exec is a create (pods/exec): only the Lease holder runs one
-    credentials = kube.credentials
-    query = [("command", arg) for arg in _PROBE]
-    query += [("container", CONTAINER_NAME), ("stdout", "true"), ("stderr", "false")]
-    server = credentials.server.replace("https://", "wss://", 1).replace("http://", "ws://", 1)
-    url = f"{server}/api/v1/namespaces/{namespace}/pods/{pod}/exec?{urlencode(query)}"
-    token = kube.bearer_token()
-    sslopt: dict[str, Any] = {
-        "cert_reqs": ssl.CERT_NONE if credentials.insecure else ssl.CERT_REQUIRED
-    }
-    if credentials.ca_file:
-        sslopt["ca_certs"] = credentials.ca_file
-    if credentials.cert_file:
-        sslopt["certfile"] = credentials.cert_file
-        sslopt["keyfile"] = credentials.key_file
-    if credentials.tls_server_name:
-        sslopt["server_hostname"] = credentials.tls_server_name
-    socket = websocket.create_connection(
-        url,
-        header=[f"Authorization: Bearer {token}"] if token else [],
-        subprotocols=[PROTOCOL],
-        sslopt=sslopt,
+    socket = ExecSocket(
+        kube.session,
+        namespace,
+        pod,
+        CONTAINER_NAME,
+        _PROBE,
+        stdin=False,
+        stderr=False,
         timeout=_PROBE_SECONDS,
     )
     output = bytearray()
-    deadline = time.monotonic() + _PROBE_SECONDS
     try:
-        while time.monotonic() < deadline:
-            try:
-                opcode, payload = socket.recv_data()
-            except websocket.WebSocketConnectionClosedException:
-                break
-            if opcode == websocket.ABNF.OPCODE_CLOSE:
-                break
-            if payload and payload[0] == STDOUT:
-                output += payload[1:]
+        for frame in socket.frames(time.monotonic() + _PROBE_SECONDS):
+            if frame.channel == STDOUT:
+                output += frame.data
     finally:
-        with contextlib.suppress(OSError, websocket.WebSocketException):
-            socket.close()
+        socket.close()
     return output.decode("utf-8", "replace")

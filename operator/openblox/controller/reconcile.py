@@ -73,6 +73,7 @@ from openblox.names import (
     VERSION,
     Reason,
 )
+from openblox.timestamps import parse_optional_timestamp, parse_timestamp
 
 log = logging.getLogger(__name__)
 
@@ -250,7 +251,8 @@ class Reconciler:
             # A pod stuck Terminating sends no more events: look again once it may count
             # as left on a lost node. Nothing below may settle that wait (a pod that was
             # Running is no Pending wait), or the release waits for the next resync.
-            since = (now - _parse_time(deleted)).total_seconds()
+            deleted_at = parse_optional_timestamp(deleted)
+            since = (now - deleted_at).total_seconds() if deleted_at else 0.0
             self.requeue.after(key, max(LOST_NODE_GRACE_SECONDS - since, 0) + 1)
             return on_node, profile, pod
         if on_node.node_problem is not None:
@@ -406,7 +408,7 @@ class Reconciler:
             self.requeue.settled(key)
             return None
         created = pod["metadata"].get("creationTimestamp")
-        age = (now - _parse_time(created)).total_seconds() if created else PENDING_GRACE_SECONDS
+        age = (now - parse_timestamp(created)).total_seconds() if created else PENDING_GRACE_SECONDS
         if age < PENDING_GRACE_SECONDS:
             # No pod event may come if the node cannot make the pod's sandbox: look then.
             self.requeue.after(key, PENDING_GRACE_SECONDS - age)
@@ -537,12 +539,6 @@ def _profile_digest(pod: Mapping[str, Any] | None, profile: Profile | None) -> s
         if digest:
             return str(digest)
     return profile.digest if profile else None
-
-
-def _parse_time(text: str | datetime) -> datetime:
-    if isinstance(text, datetime):
-        return text
-    return datetime.fromisoformat(text.replace("Z", "+00:00"))
 
 
 def record_denial(events: EventRecorder, involved: Mapping[str, Any], denial: Denial) -> None:

@@ -6,24 +6,14 @@ write, so none is inferred. Pure: the callers (operator, client) do the reading.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from openblox.denials.record import Denial
 from openblox.lifetime import Expiry, effective_lifetime
 from openblox.models import Profile, Sandbox
 from openblox.names import CONTAINER_NAME
-
-
-def _parse_time(text: object) -> datetime | None:
-    if isinstance(text, datetime):
-        return text if text.tzinfo else text.replace(tzinfo=UTC)
-    if not isinstance(text, str) or not text:
-        return None
-    try:
-        return datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        return None
+from openblox.timestamps import format_timestamp, parse_optional_timestamp
 
 
 def _container(pod: Mapping[str, Any], field: str) -> Mapping[str, Any]:
@@ -102,12 +92,12 @@ def pod_denial(pod: Mapping[str, Any], *, profile: str, now: datetime) -> Denial
 
 
 def _ended_at(pod: Mapping[str, Any], terminated: Mapping[str, Any]) -> datetime | None:
-    finished = _parse_time(terminated.get("finishedAt"))
+    finished = parse_optional_timestamp(terminated.get("finishedAt"))
     if finished is not None:
         return finished
     for condition in (pod.get("status") or {}).get("conditions") or []:
         if condition.get("type") == "Ready" and condition.get("status") == "False":
-            return _parse_time(condition.get("lastTransitionTime"))
+            return parse_optional_timestamp(condition.get("lastTransitionTime"))
     return None
 
 
@@ -127,8 +117,9 @@ def lifetime_denial(sandbox: Sandbox, profile: Profile, expiry: Expiry) -> Denia
             profile=profile.name,
             at=expiry.expires_at,
             evidence=(
-                f"operator: no activity recorded through the API server since "
-                f"{_iso(idle_since)}; deleted at the idle deadline {_iso(expiry.expires_at)}"
+                "operator: no activity recorded through the API server since "
+                f"{format_timestamp(idle_since)}; deleted at the idle deadline "
+                f"{format_timestamp(expiry.expires_at)}"
             ),
             inferred=False,
         )
@@ -139,8 +130,8 @@ def lifetime_denial(sandbox: Sandbox, profile: Profile, expiry: Expiry) -> Denia
         profile=profile.name,
         at=expiry.expires_at,
         evidence=(
-            f"operator: created {_iso(sandbox.creation_timestamp)}; deleted at the max-age "
-            f"deadline {_iso(expiry.expires_at)}"
+            f"operator: created {format_timestamp(sandbox.creation_timestamp)}; deleted at the "
+            f"max-age deadline {format_timestamp(expiry.expires_at)}"
         ),
         inferred=False,
     )
@@ -157,7 +148,3 @@ def admission_denial(profile: str, message: str, now: datetime) -> Denial:
         evidence=f"API server: {message}",
         inferred=False,
     )
-
-
-def _iso(moment: datetime) -> str:
-    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")

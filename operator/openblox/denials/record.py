@@ -9,8 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any, Final, Literal, get_args
+
+from openblox.timestamps import format_timestamp
 
 SCHEMA: Final = "openblox.sh/denial/v1"
 """The value of every record's `schema` field; a change of fields means a new version."""
@@ -37,11 +39,7 @@ STATUS_LIMIT: Final = 20
 """The CRD's maxItems for status.denials."""
 
 
-def format_time(moment: datetime) -> str:
-    """RFC 3339 in UTC to the second, the way the API server writes times."""
-    if moment.tzinfo is None:
-        raise ValueError("refusing to format a naive datetime: its time zone is unknown")
-    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+format_time = format_timestamp  # the name this package has always exported
 
 
 def _clip(text: str, limit: int) -> str:

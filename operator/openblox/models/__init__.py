@@ -22,14 +22,8 @@ from openblox.models.profile import (
     parse_quantity,
     resolve_profile,
 )
-from openblox.models.sandbox import (
-    Sandbox,
-    SandboxSpec,
-    format_micro_timestamp,
-    format_timestamp,
-    parse_sandbox,
-    parse_timestamp,
-)
+from openblox.models.sandbox import Sandbox, SandboxSpec, parse_sandbox
+from openblox.timestamps import format_micro_timestamp, format_timestamp, parse_timestamp
 
 __all__ = [
     "STATE_VOLUME_SIZE",

@@ -1,39 +1,14 @@
 """The Sandbox custom resource, parsed once from the API server's JSON body."""
 
-import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from types import MappingProxyType
 from typing import Any, TypeVar
 
 from openblox.models.errors import SandboxError
 from openblox.names import ANNOTATION_LAST_ACTIVITY
-
-_RFC3339 = re.compile(
-    r"\d{4}-\d{2}-\d{2}[Tt]\d{2}:\d{2}:\d{2}(\.\d+)?([Zz]|[+-]\d{2}:\d{2})",
-)
-
-
-def parse_timestamp(text: str) -> datetime:
-    """An RFC 3339 timestamp as an aware datetime; raises ValueError for anything else."""
-    if not _RFC3339.fullmatch(text):
-        raise ValueError(f'"{text}" is not an RFC 3339 timestamp')
-    return datetime.fromisoformat(text.upper())
-
-
-def format_timestamp(moment: datetime) -> str:
-    """RFC 3339 in UTC to the second, as the API server writes metav1.Time."""
-    if moment.tzinfo is None:
-        raise ValueError("refusing to format a naive datetime: its time zone is unknown")
-    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def format_micro_timestamp(moment: datetime) -> str:
-    """RFC 3339 in UTC to the microsecond, as metav1.MicroTime (Events, Leases) wants."""
-    if moment.tzinfo is None:
-        raise ValueError("refusing to format a naive datetime: its time zone is unknown")
-    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+from openblox.timestamps import parse_timestamp
 
 
 @dataclass(frozen=True, slots=True)

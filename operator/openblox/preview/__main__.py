@@ -15,12 +15,11 @@ import time
 from pathlib import Path
 from types import FrameType
 
-from kubernetes import client as k8s
-from kubernetes import config as k8s_config
 from prometheus_client import start_http_server
 
 from openblox.preview.keys import MountedKeyRing
 from openblox.preview.server import KubeBackend, PreviewServer
+from openblox.transport import Session
 
 # On SIGTERM: keep serving this long, then stop accepting and give open requests this long
 # (the pod's terminationGracePeriodSeconds covers both).
@@ -35,13 +34,10 @@ def main() -> None:
     ring = MountedKeyRing(
         Path(os.environ.get("OPENBLOX_PREVIEW_KEYS", "/etc/openblox/preview-keys"))
     )
-    configuration = k8s.Configuration()
-    try:
-        k8s_config.load_incluster_config(client_configuration=configuration)
-    except k8s_config.ConfigException:
-        k8s_config.load_kube_config(client_configuration=configuration)
+    # In its pod, the ServiceAccount; a kubeconfig only when KUBECONFIG names one.
+    session = Session.discover()
     start_http_server(metrics_port)
-    server = PreviewServer(("0.0.0.0", port), lambda: ring.get().keys, KubeBackend(configuration))
+    server = PreviewServer(("0.0.0.0", port), lambda: ring.get().keys, KubeBackend(session))
 
     def stop(_signum: int, _frame: FrameType | None) -> None:
         def later() -> None:

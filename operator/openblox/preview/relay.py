@@ -16,8 +16,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 
-from openblox.client.errors import ExecTransportError
-from openblox.client.exec_stream import ERROR, STDERR, STDOUT, ExecSocket
+from openblox.transport import ERROR, STDERR, STDOUT, ExecSocket, ExecStreamError
 
 # Run as `python3 -I -S -c AGENT PORT`. Exit 3: nothing listens on the port.
 AGENT = r"""
@@ -67,7 +66,7 @@ def agent_argv(port: int) -> list[str]:
     return ["python3", "-I", "-S", "-c", AGENT, str(port)]
 
 
-class TunnelClosed(ExecTransportError):
+class TunnelClosed(ExecStreamError):
     """The relay ended before any reply: nothing listens, or the sandbox went away."""
 
 
@@ -105,7 +104,7 @@ class Tunnel(io.RawIOBase):
                     self._stderr += frame.data[:4096]
                 elif frame.channel == ERROR:
                     self._status = frame.data
-        except (ExecTransportError, TimeoutError) as error:
+        except (ExecStreamError, TimeoutError) as error:
             self._broken = str(error) or type(error).__name__
         finally:
             with self._cond:
@@ -153,10 +152,10 @@ class Tunnel(io.RawIOBase):
             return
         try:
             self._socket.send_stdin(data)
-        except ExecTransportError:
+        except ExecStreamError:
             raise
         except Exception as error:  # the websocket library's own errors: a broken stream
-            raise ExecTransportError(f"the exec stream broke: {error}") from error
+            raise ExecStreamError(f"the exec stream broke: {error}") from error
 
     def close(self) -> None:
         if self.closed:

@@ -24,15 +24,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol, cast
 
-from kubernetes import client as k8s
-from kubernetes.client.exceptions import ApiException
 from prometheus_client import Counter, Gauge
 
-from openblox.client.errors import ExecTransportError
-from openblox.client.exec_stream import Connection, ExecSocket
 from openblox.names import CONTAINER_NAME, GROUP, PLURAL, VERSION
 from openblox.preview.relay import Tunnel, agent_argv
 from openblox.preview.tokens import Grant, TokenError, verify
+from openblox.transport import Api, ApiError, ExecSocket, ExecStreamError, Session, path
 
 log = logging.getLogger(__name__)
 
@@ -100,11 +97,9 @@ class KubeBackend:
     token caused none).
     """
 
-    def __init__(self, configuration: Any) -> None:
-        self._configuration = configuration
-        api = k8s.ApiClient(configuration)
-        self._custom = k8s.CustomObjectsApi(api)
-        self._core = k8s.CoreV1Api(api)
+    def __init__(self, session: Session) -> None:
+        self._session = session
+        self._api = Api(session, user_agent="openblox-preview")
         self._pods: dict[tuple[str, str, str], tuple[str, float]] = {}
         self._lock = threading.Lock()
 
@@ -117,10 +112,16 @@ class KubeBackend:
         """
         try:
             API_REQUESTS.labels("get-sandbox").inc()
-            body = self._custom.get_namespaced_custom_object(
-                GROUP, VERSION, grant.namespace, PLURAL, grant.sandbox
+            body = self._api.get(
+                path(
+                    group=GROUP,
+                    version=VERSION,
+                    plural=PLURAL,
+                    namespace=grant.namespace,
+                    name=grant.sandbox,
+                )
             )
-        except ApiException as error:
+        except ApiError as error:
             raise self._lookup_error(grant, error) from error
         if body["metadata"].get("uid") != grant.uid:
             raise HTTPError(404, "the sandbox this link was made for is gone")
@@ -134,12 +135,13 @@ class KubeBackend:
             return pod_name
         try:
             API_REQUESTS.labels("get-pod").inc()
-            pod = self._core.read_namespaced_pod(pod_name, grant.namespace)
-        except ApiException as error:
+            pod = self._api.get(path(plural="pods", namespace=grant.namespace, name=pod_name))
+        except ApiError as error:
             raise self._lookup_error(grant, error) from error
         # Only the operator may make pods with this label (admission), and it owns them.
-        labels = pod.metadata.labels or {}
-        owners = {ref.uid for ref in pod.metadata.owner_references or []}
+        metadata = pod.get("metadata") or {}
+        labels = metadata.get("labels") or {}
+        owners = {ref.get("uid") for ref in metadata.get("ownerReferences") or []}
         if labels.get("openblox.sh/sandbox") != grant.sandbox or grant.uid not in owners:
             raise HTTPError(404, "the sandbox's pod is not one the operator made")
         with self._lock:
@@ -147,7 +149,7 @@ class KubeBackend:
         return pod_name
 
     @staticmethod
-    def _lookup_error(grant: Grant, error: ApiException) -> HTTPError:
+    def _lookup_error(grant: Grant, error: ApiError) -> HTTPError:
         if error.status == 404:
             return HTTPError(404, "the sandbox this link was made for is gone")
         log.warning("looking up %s/%s: %s", grant.namespace, grant.sandbox, error.reason)
@@ -158,7 +160,7 @@ class KubeBackend:
         try:
             API_REQUESTS.labels("exec").inc()
             socket_ = ExecSocket(
-                Connection.from_configuration(self._configuration),
+                self._session,
                 grant.namespace,
                 pod,
                 CONTAINER_NAME,
@@ -166,7 +168,7 @@ class KubeBackend:
                 stdin=True,
                 timeout=30,
             )
-        except ExecTransportError as error:
+        except ExecStreamError as error:
             with self._lock:
                 self._pods.pop((grant.namespace, grant.sandbox, grant.uid), None)
             log.warning("exec into %s/%s failed: %s", grant.namespace, pod, error)
@@ -317,7 +319,7 @@ class Conversation:
                         True,
                     )
                 )
-        except (OSError, ValueError, ExecTransportError):
+        except (OSError, ValueError, ExecStreamError):
             pass  # either side went away mid-message: nothing more can be said on it
         finally:
             self._drop_tunnel()
@@ -429,7 +431,7 @@ class Conversation:
                 elif framing == "chunked":
                     copy_chunked(self._rfile, tunnel.send)
                 reply = read_head(upstream, 502)
-            except (ExecTransportError, OSError, ConnectionError) as error:
+            except (ExecStreamError, OSError, ConnectionError) as error:
                 reply, failure = None, str(error)
             else:
                 failure = ""

@@ -15,17 +15,17 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
 from openblox.client import OpenbloxClientError, Sandbox
-from openblox.client.exec_stream import (
-    ERROR,
-    STDERR,
-    STDOUT,
-    Connection,
-    ExecSocket,
-    exit_code_from_status,
-)
 from openblox.conformance.backend import Capability, ExecOutcome, Handle
 from openblox.conformance.backends.operator import OperatorBackend
 from openblox.names import CONTAINER_NAME
+from openblox.transport import (
+    ERROR,
+    STDERR,
+    STDOUT,
+    ExecSocket,
+    ExecStreamError,
+    exit_code_from_status,
+)
 
 # What a property may make a command print is bounded (RES-005 floods 8 MiB); past this,
 # the suite's own memory is at stake, so the rest is read and dropped.
@@ -63,12 +63,11 @@ class RawExecBackend(OperatorBackend):
         timeout: float,
     ) -> ExecOutcome:
         started = time.monotonic()
-        connection = Connection.from_configuration(self.client._configuration)
         out, err = bytearray(), bytearray()
         status: bytes | None = None
         try:
             stream = ExecSocket(
-                connection,
+                self.kube.session,
                 handle.pod_namespace or self.namespace,
                 handle.pod or handle.name,
                 CONTAINER_NAME,
@@ -76,7 +75,7 @@ class RawExecBackend(OperatorBackend):
                 stdin=stdin is not None,
                 timeout=timeout,
             )
-        except OpenbloxClientError as error:
+        except (OpenbloxClientError, ExecStreamError) as error:
             return ExecOutcome(b"", b"", None, error=f"{type(error).__name__}: {error}")
         try:
             if stdin is not None:
@@ -94,7 +93,7 @@ class RawExecBackend(OperatorBackend):
             return ExecOutcome(
                 bytes(out), bytes(err), None, timed_out=True, duration=time.monotonic() - started
             )
-        except OpenbloxClientError as error:
+        except (OpenbloxClientError, ExecStreamError) as error:
             return ExecOutcome(
                 bytes(out),
                 bytes(err),

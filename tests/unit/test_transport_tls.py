@@ -16,7 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from openblox.client.duplex_tls import DuplexTLSSocket, client_context
+from openblox.transport.credentials import Credentials
+from openblox.transport.session import client_context
+from openblox.transport.tls import DuplexTLSSocket
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "cluster"))
 import pki
@@ -84,7 +86,7 @@ def echo_server(tmp_path: Path) -> Iterator[_Server]:
 
 
 def test_bytes_written_by_one_thread_come_back_exact_to_another(echo_server: _Server) -> None:
-    tls = DuplexTLSSocket.connect(echo_server.url(), {"ca_certs": str(echo_server.ca)}, 10)
+    tls = DuplexTLSSocket.connect(echo_server.url(), _trusting(echo_server.ca), 10)
     tls.settimeout(30)
     payload = os.urandom(24 << 20)
     sent = hashlib.sha256(payload).hexdigest()
@@ -120,7 +122,7 @@ def test_a_server_that_does_not_read_cannot_stall_the_reader(tmp_path: Path) -> 
         tls.sendall(f"{got}".encode())
 
     server = _Server(tmp_path, flood_then_drain)
-    tls = DuplexTLSSocket.connect(server.url(), {"ca_certs": str(server.ca)}, 10)
+    tls = DuplexTLSSocket.connect(server.url(), _trusting(server.ca), 10)
     tls.settimeout(30)
     writer = threading.Thread(target=lambda: tls.send(b"c" * size))
     writer.start()
@@ -139,7 +141,7 @@ def test_the_end_of_the_connection_reads_as_empty(tmp_path: Path) -> None:
         tls.sendall(b"bye")
 
     server = _Server(tmp_path, say_and_close)
-    tls = DuplexTLSSocket.connect(server.url(), {"ca_certs": str(server.ca)}, 10)
+    tls = DuplexTLSSocket.connect(server.url(), _trusting(server.ca), 10)
     tls.settimeout(10)
     assert tls.recv(10) == b"bye"
     assert tls.recv(10) == b""
@@ -150,7 +152,7 @@ def test_the_end_of_the_connection_reads_as_empty(tmp_path: Path) -> None:
 def test_a_read_waits_no_longer_than_the_timeout(tmp_path: Path) -> None:
     quiet = threading.Event()
     server = _Server(tmp_path, lambda tls: quiet.wait(10) and None)
-    tls = DuplexTLSSocket.connect(server.url(), {"ca_certs": str(server.ca)}, 10)
+    tls = DuplexTLSSocket.connect(server.url(), _trusting(server.ca), 10)
     tls.settimeout(0.2)
     with pytest.raises(TimeoutError):
         tls.recv(10)
@@ -163,24 +165,28 @@ def test_an_unknown_issuer_is_refused(echo_server: _Server, tmp_path: Path) -> N
     (tmp_path / "other").mkdir()
     pki.ensure_ca(tmp_path / "other")  # a CA that did not sign the server
     with pytest.raises(ssl.SSLCertVerificationError):
-        DuplexTLSSocket.connect(
-            echo_server.url(), {"ca_certs": str(tmp_path / "other" / "ca.crt")}, 10
-        )
+        DuplexTLSSocket.connect(echo_server.url(), _trusting(tmp_path / "other" / "ca.crt"), 10)
 
 
 def test_a_wrong_server_name_is_refused(echo_server: _Server) -> None:
-    opts = {"ca_certs": str(echo_server.ca), "server_hostname": "api.example.invalid"}
     with pytest.raises(ssl.SSLCertVerificationError, match=re.escape("api.example.invalid")):
-        DuplexTLSSocket.connect(echo_server.url(), opts, 10)
+        DuplexTLSSocket.connect(
+            echo_server.url(), _trusting(echo_server.ca), 10, "api.example.invalid"
+        )
 
 
 def test_verification_is_off_only_when_asked(echo_server: _Server) -> None:
-    assert client_context({}).verify_mode == ssl.CERT_REQUIRED
-    assert client_context({}).check_hostname
-    off = client_context({"cert_reqs": ssl.CERT_NONE})
+    checked = client_context(Credentials(server="https://127.0.0.1"))
+    assert checked.verify_mode == ssl.CERT_REQUIRED
+    assert checked.check_hostname
+    off = client_context(Credentials(server="https://127.0.0.1", insecure=True))
     assert off.verify_mode == ssl.CERT_NONE and not off.check_hostname
-    tls = DuplexTLSSocket.connect(echo_server.url(), {"cert_reqs": ssl.CERT_NONE}, 10)
+    tls = DuplexTLSSocket.connect(echo_server.url(), off, 10)
     tls.settimeout(10)
     tls.send(b"ping")
     assert tls.recv(10) == b"ping"
     tls.close()
+
+
+def _trusting(ca: Path) -> ssl.SSLContext:
+    return client_context(Credentials(server="https://127.0.0.1", ca_file=str(ca)))

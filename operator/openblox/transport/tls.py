@@ -25,17 +25,6 @@ from urllib.parse import urlsplit
 READ_BYTES = 256 * 1024
 
 
-def client_context(sslopt: dict[str, Any]) -> ssl.SSLContext:
-    """The client TLS context that `sslopt` (websocket-client's option names) describes."""
-    context = ssl.create_default_context(cafile=sslopt.get("ca_certs"))
-    if sslopt.get("cert_reqs", ssl.CERT_REQUIRED) == ssl.CERT_NONE:
-        context.check_hostname = False
-        context.verify_mode = ssl.CERT_NONE
-    if sslopt.get("certfile"):
-        context.load_cert_chain(sslopt["certfile"], sslopt.get("keyfile"))
-    return context
-
-
 class DuplexTLSSocket:
     """A client TLS connection over TCP, safe for one reader and one writer at once."""
 
@@ -56,15 +45,22 @@ class DuplexTLSSocket:
         raw.settimeout(None)
 
     @classmethod
-    def connect(cls, url: str, sslopt: dict[str, Any], timeout: float) -> DuplexTLSSocket:
-        """A connection to the host of a wss:// or https:// URL."""
+    def connect(
+        cls,
+        url: str,
+        context: ssl.SSLContext,
+        timeout: float,
+        server_hostname: str | None = None,
+    ) -> DuplexTLSSocket:
+        """A connection to the host of a wss:// or https:// URL; the certificate is checked
+        for `server_hostname` (a kubeconfig's tls-server-name), else the URL's host."""
         parts = urlsplit(url)
         host = parts.hostname or ""
         raw = socket.create_connection((host, parts.port or 443), timeout=timeout)
         try:
             raw.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             raw.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
-            return cls(raw, client_context(sslopt), sslopt.get("server_hostname") or host)
+            return cls(raw, context, server_hostname or host)
         except BaseException:
             raw.close()
             raise

@@ -1,0 +1,176 @@
+"""One command under the in-sandbox supervisor, for asyncio callers: the twin of `supervised`.
+
+The frames are decoded by the same `_FrameDecoder` (output cap, verdict checks) and the
+same rule decides when the native supervisor was missing; only the waiting is different:
+output is read by the caller's coroutine and stdin written by a task on the same loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
+from datetime import datetime
+from typing import Any, NoReturn
+
+from openblox.client.errors import ExecTransportError
+from openblox.client.results import ExecResult
+from openblox.client.supervised import (
+    EXEC_GRACE_SECONDS,
+    OutputChunk,
+    _FrameDecoder,
+    _supervisor_missing,
+)
+from openblox.denials import ExecOutcome
+from openblox.transport import ERROR, STDERR, STDOUT, ExecStreamError
+from openblox.transport.aio_exec import AsyncExecSocket
+
+# The twins of `supervised.ResultMaker` and `supervised.BrokenHandler`, as coroutines.
+AsyncResultMaker = Callable[[ExecOutcome, float], Awaitable[ExecResult]]
+AsyncBrokenHandler = Callable[[bytes, bytearray, datetime], Coroutine[Any, Any, NoReturn]]
+
+
+class _AsyncSupervisedRun:
+    """Reads one supervised exec to its verdict; `chunks()` yields output on the way."""
+
+    def __init__(
+        self,
+        socket: AsyncExecSocket,
+        *,
+        make_result: AsyncResultMaker,
+        on_broken: AsyncBrokenHandler,
+        stdin: bytes | None,
+        timeout: float,
+        cap: int,
+        argv: tuple[str, ...],
+        cwd: str | None,
+        started_at: datetime,
+        fallback: Callable[[], Awaitable[AsyncExecSocket]] | None = None,
+    ) -> None:
+        self._make_result = make_result
+        self._on_broken = on_broken
+        self._socket = socket
+        self._timeout = timeout
+        self._cap = cap
+        self._argv = argv
+        self._cwd = cwd
+        self._started_at = started_at
+        self._started = time.monotonic()
+        self._decoder = _FrameDecoder(cap)
+        self._result: ExecResult | None = None
+        self._stdin = stdin
+        self._stdin_task: asyncio.Task[None] | None = None
+        self._fallback = fallback
+        self._send_stdin()
+
+    def _send_stdin(self) -> None:
+        if self._stdin is not None:
+            # A task, not a thread: it writes while the caller's coroutine reads.
+            self._stdin_task = asyncio.create_task(_send_all(self._socket, self._stdin))
+
+    @property
+    def result(self) -> ExecResult:
+        if self._result is None:
+            raise RuntimeError("the command's result is known once its output has been read")
+        return self._result
+
+    async def collect(self) -> ExecResult:
+        async for _ in self.chunks():
+            pass
+        return self.result
+
+    async def close(self) -> None:
+        if self._stdin_task is not None and not self._stdin_task.done():
+            self._stdin_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._stdin_task
+        await self._socket.close()
+
+    async def chunks(self, keep: bool = True) -> AsyncIterator[OutputChunk]:
+        self._decoder.keep = keep
+        while True:
+            diagnostics = bytearray()
+            status = b""
+            try:
+                async for frame in self._socket.frames(
+                    self._started + self._timeout + EXEC_GRACE_SECONDS
+                ):
+                    if frame.channel == STDOUT:
+                        for chunk in self._decoder.feed(frame.data):
+                            yield chunk
+                    elif frame.channel == STDERR:
+                        diagnostics += frame.data
+                    elif frame.channel == ERROR:
+                        status = frame.data
+            except TimeoutError:
+                # The client's own deadline: the supervisor never reported.
+                await self._finish(137, timed_out=True, truncated=False, signal=None)
+                return
+            except ExecStreamError as error:
+                raise ExecTransportError(str(error), error.status_code) from error
+            finally:
+                await self.close()
+            verdict = self._decoder.verdict
+            if verdict is None and self._fallback and _supervisor_missing(status, self._decoder):
+                self._socket, self._fallback = await self._fallback(), None
+                self._decoder = _FrameDecoder(self._cap, keep=keep)
+                self._send_stdin()
+                continue
+            if verdict is None:
+                await self._on_broken(status, diagnostics, self._started_at)
+            break
+        await self._finish(
+            int(verdict["exit_code"]),
+            timed_out=bool(verdict["timed_out"]),
+            truncated=bool(verdict["truncated"]) or self._decoder.over_cap,
+            # 0: the command exited; None: a supervisor too old to say.
+            signal=int(verdict["signal"] or 0) if "signal" in verdict else None,
+        )
+
+    async def _finish(
+        self, exit_code: int, *, timed_out: bool, truncated: bool, signal: int | None
+    ) -> None:
+        outcome = ExecOutcome(
+            bytes(self._decoder.stdout),
+            bytes(self._decoder.stderr),
+            exit_code,
+            timed_out,
+            truncated,
+            self._timeout,
+            self._cap,
+            signal,
+            self._argv,
+            self._cwd,
+        )
+        self._result = await self._make_result(outcome, time.monotonic() - self._started)
+
+
+class AsyncExecStream:
+    """`Sandbox.stream` for asyncio callers: `async for chunk in stream`, then `.result`."""
+
+    def __init__(self, run: _AsyncSupervisedRun) -> None:
+        self._run = run
+
+    def __aiter__(self) -> AsyncIterator[OutputChunk]:
+        # Chunks go to the caller, not into memory: only the tail the denial classifier
+        # needs is kept.
+        return self._run.chunks(keep=False)
+
+    async def __aenter__(self) -> AsyncExecStream:
+        return self
+
+    async def __aexit__(self, *_: object) -> None:
+        await self._run.close()
+
+    @property
+    def result(self) -> ExecResult:
+        return self._run.result
+
+
+async def _send_all(socket: AsyncExecSocket, data: bytes) -> None:
+    try:
+        await socket.send_stdin(data)
+        await socket.close_stdin()
+    except Exception:  # the reader reports the broken stream; nothing to add here
+        pass

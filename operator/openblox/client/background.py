@@ -1,0 +1,82 @@
+"""Named background commands: the supervisor's `start`, `ps`, `stop` and `logs` modes.
+
+These modes start no guest code themselves (or, for `start`, confine what they start under
+the same filter and process cap as exec), so they run directly, not under `run`.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+
+from openblox.client.arguments import checked_argv, checked_cwd, env_pairs
+from openblox.client.cluster import Cluster
+from openblox.client.errors import ExecTransportError, OpenbloxClientError, ProcessNotFound
+from openblox.client.launch import SUPERVISOR_ARGV
+from openblox.client.processes import LOG_BYTES, check_process_name
+from openblox.transport import ERROR, STDERR, STDOUT, ExecStreamError, exit_code_from_status
+
+# The supervisor's exit code for "no process by that name".
+NO_SUCH_PROCESS = 3
+
+
+def start_arguments(
+    name: str,
+    argv: Sequence[str],
+    process_cap: int,
+    *,
+    env: Mapping[str, str] | None,
+    cwd: str | None,
+) -> list[str]:
+    """The `start` mode's arguments, every one checked."""
+    check_process_name(name)
+    return [
+        "start",
+        name,
+        str(process_cap),
+        checked_cwd(cwd),
+        str(LOG_BYTES),
+        *env_pairs(env),
+        "--",
+        *checked_argv(argv),
+    ]
+
+
+def control(
+    cluster: Cluster, namespace: str, pod: str, args: Sequence[str], timeout: float = 30.0
+) -> bytes:
+    """Run one of the supervisor's own modes in the pod and return its stdout."""
+    socket = cluster.open_exec(
+        namespace, pod, [*SUPERVISOR_ARGV, *args], stdin=False, timeout=timeout
+    )
+    stdout, stderr, status = bytearray(), bytearray(), b""
+    try:
+        for frame in socket.frames(time.monotonic() + timeout):
+            if frame.channel == STDOUT:
+                stdout += frame.data
+            elif frame.channel == STDERR:
+                stderr += frame.data
+            elif frame.channel == ERROR:
+                status = frame.data
+    except TimeoutError as error:
+        raise ExecTransportError(f"{args[0]} did not answer within {timeout:.0f}s") from error
+    except ExecStreamError as error:
+        raise ExecTransportError(str(error), error.status_code) from error
+    finally:
+        socket.close()
+    failure = control_failure(args[0], exit_code_from_status(status) if status else None, stderr)
+    if failure is not None:
+        raise failure
+    return bytes(stdout)
+
+
+def control_failure(
+    operation: str, code: int | None, stderr: bytes | bytearray
+) -> OpenbloxClientError | None:
+    """The error a control mode's exit code means (None: it succeeded)."""
+    if code == 0:
+        return None
+    message = stderr.decode("utf-8", "replace").strip()
+    if code == NO_SUCH_PROCESS:
+        return ProcessNotFound(message)
+    return ExecTransportError(f"{operation} failed (exit {code}): {message[-500:]}")

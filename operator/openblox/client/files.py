@@ -1,0 +1,58 @@
+"""`sandbox.files`: files inside the sandbox, moved as argv and stdin through the file helper.
+
+No shell, so no quoting to get wrong. Every operation is idempotent (a whole-file write,
+a read, a listing, a removal), which is why the helper may run one again after its
+stream broke (`Sandbox`'s helper runner does, once).
+"""
+
+from __future__ import annotations
+
+import builtins
+import json
+from collections.abc import Iterator
+from typing import Any, Protocol
+
+from openblox.client.errors import FileOperationError
+from openblox.client.results import ExecResult
+
+# Files move through the exec stream, not the command output cap; this bounds memory.
+DEFAULT_READ_LIMIT = 256 * 1024 * 1024
+
+
+class HelperRunner(Protocol):
+    def __call__(
+        self, operation: str, *args: str, stdin: bytes | None = ..., output_limit: int | None = ...
+    ) -> ExecResult: ...
+
+
+class Files:
+    """Files inside the sandbox, moved as argv and stdin: no shell, so no quoting to get wrong."""
+
+    def __init__(self, helper: HelperRunner) -> None:
+        self._helper = helper
+
+    def _check(self, result: ExecResult, path: str) -> ExecResult:
+        if result.exit_code != 0:
+            raise FileOperationError(path, result.stderr.decode("utf-8", "replace").strip())
+        return result
+
+    def write(self, path: str, data: bytes | str, mode: int = 0o644) -> None:
+        payload = data.encode() if isinstance(data, str) else data
+        self._check(self._helper("write", path, oct(mode), stdin=payload), path)
+
+    def read(self, path: str, limit: int = DEFAULT_READ_LIMIT) -> bytes:
+        """The file's bytes; a file larger than `limit` raises rather than coming back cut."""
+        result = self._check(self._helper("read", path, output_limit=limit + 1), path)
+        if len(result.stdout) > limit:
+            raise FileOperationError(path, f"larger than the read limit of {limit} bytes")
+        return result.stdout
+
+    def list(self, path: str = "/workspace") -> builtins.list[dict[str, Any]]:
+        result = self._check(self._helper("list", path), path)
+        return [json.loads(line) for line in result.stdout.splitlines() if line]
+
+    def remove(self, path: str) -> None:
+        self._check(self._helper("remove", path), path)
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        return iter(self.list())

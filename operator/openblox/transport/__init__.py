@@ -1,0 +1,84 @@
+"""How openblox talks to the API server: the one transport, for every part of the project.
+
+It imports neither the `kubernetes` package nor the client, so the operator and the
+preview proxy load it without either. The pure modules (no I/O, unit-tested) are the
+core another transport (asyncio) builds on; the others do blocking I/O:
+
+- `frames` (pure): the exec channel protocol v5, the exec request path, exit codes;
+- `errors` (pure): typed API errors (NotFound, Conflict, Forbidden, Invalid, ...) made
+  from the status and the Status body, and ExecStreamError, CredentialsError;
+- `rest` (pure): REST paths, request targets, headers, watch events;
+- `credentials` (pure): the one order credentials are looked for in, kubeconfig merging
+  and parsing, exec credential plugins' output;
+- `discovery`: reads the kubeconfig or the ServiceAccount, in that order;
+- `session`: the credentials in use (token re-read or re-fetched, TLS context);
+- `api`: the request path (`Api.get/post/patch/delete/watch`);
+- `tls`: a TLS connection one thread writes while another reads;
+- `exec_socket`: one `pods/exec` over a websocket, the only one in the project.
+
+Credential order (see `credentials`): an explicit kubeconfig > KUBECONFIG > the pod's
+ServiceAccount > ~/.kube/config.
+"""
+
+from openblox.transport.api import Api
+from openblox.transport.credentials import Credentials
+from openblox.transport.discovery import load_credentials
+from openblox.transport.errors import (
+    ApiError,
+    BadRequest,
+    ClientError,
+    Conflict,
+    CredentialsError,
+    ExecStreamError,
+    Forbidden,
+    Gone,
+    Invalid,
+    NotFound,
+    ServerError,
+    TooManyRequests,
+    TransportError,
+    Unauthorized,
+    is_conflict,
+    is_namespace_terminating,
+    is_not_found,
+    status_of,
+)
+from openblox.transport.exec_socket import ExecSocket
+from openblox.transport.frames import ERROR, STDERR, STDIN, STDOUT, Frame, exit_code_from_status
+from openblox.transport.rest import MERGE_PATCH, STRATEGIC_MERGE_PATCH, path
+from openblox.transport.session import Session
+
+__all__ = [
+    "ERROR",
+    "MERGE_PATCH",
+    "STDERR",
+    "STDIN",
+    "STDOUT",
+    "STRATEGIC_MERGE_PATCH",
+    "Api",
+    "ApiError",
+    "BadRequest",
+    "ClientError",
+    "Conflict",
+    "Credentials",
+    "CredentialsError",
+    "ExecSocket",
+    "ExecStreamError",
+    "Forbidden",
+    "Frame",
+    "Gone",
+    "Invalid",
+    "NotFound",
+    "ServerError",
+    "Session",
+    "TooManyRequests",
+    "TransportError",
+    "Unauthorized",
+    "exit_code_from_status",
+    "is_conflict",
+    "is_namespace_terminating",
+    "is_not_found",
+    "load_credentials",
+    "path",
+    "status_of",
+]

@@ -1,0 +1,222 @@
+"""The one request path to the API server, blocking, JSON in and out, over http.client.
+
+Thread-safe: one keep-alive connection per thread. A refused request raises the typed
+error of `errors.py` (NotFound, Conflict, Forbidden, Invalid, ...); a 401 makes the
+session fetch its token again and the request is sent once more.
+"""
+
+from __future__ import annotations
+
+import http.client
+import ssl
+import threading
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
+from urllib.parse import urlsplit
+
+from openblox.transport.errors import Unauthorized, api_error
+from openblox.transport.rest import (
+    JSON,
+    MERGE_PATCH,
+    decode_body,
+    encode_body,
+    headers,
+    target,
+    watch_event,
+    watch_params,
+)
+from openblox.transport.session import Session
+
+REQUEST_TIMEOUT_SECONDS = 30.0
+# Errors of a keep-alive connection the server closed while it sat idle.
+_STALE = (
+    http.client.RemoteDisconnected,
+    http.client.BadStatusLine,
+    ConnectionError,
+    ssl.SSLEOFError,
+)
+
+
+class Api:
+    """Requests with one session's credentials. `write_guard`, if given, is called before
+    every request that changes something; it raises to refuse it (the operator's fence: a
+    replica that does not hold the Lease writes nothing)."""
+
+    def __init__(
+        self,
+        session: Session,
+        write_guard: Callable[[], None] | None = None,
+        *,
+        user_agent: str = "openblox",
+        extra_headers: Mapping[str, str] | None = None,
+    ) -> None:
+        self.session = session
+        self._write_guard = write_guard
+        self._user_agent = user_agent
+        self._extra_headers = dict(extra_headers or {})
+        parts = urlsplit(session.server)
+        self._https = parts.scheme == "https"
+        self._host = parts.hostname or "localhost"
+        self._port = parts.port or (443 if self._https else 80)
+        self._prefix = parts.path.rstrip("/")
+        self._local = threading.local()
+
+    def guarded(self, write_guard: Callable[[], None]) -> Api:
+        """The same credentials, with every write passing `write_guard` first."""
+        return Api(
+            self.session,
+            write_guard,
+            user_agent=self._user_agent,
+            extra_headers=self._extra_headers,
+        )
+
+    def guard_write(self) -> None:
+        """Refuse now (the guard raises) if this client may not change anything."""
+        if self._write_guard is not None:
+            self._write_guard()
+
+    def _connection(self, timeout: float) -> http.client.HTTPConnection:
+        if self._https:
+            return _HTTPSConnection(
+                self._host,
+                self._port,
+                timeout=timeout,
+                context=self.session.ssl_context(),
+                server_hostname=self.session.credentials.tls_server_name,
+            )
+        return http.client.HTTPConnection(self._host, self._port, timeout=timeout)
+
+    def _headers(self, content_type: str | None) -> dict[str, str]:
+        return {
+            **headers(self.session.authorization(), content_type, self._user_agent),
+            **self._extra_headers,
+        }
+
+    def url(self, request_path: str, params: Mapping[str, Any] | None = None) -> str:
+        return target(self._prefix, request_path, params)
+
+    def request(
+        self,
+        method: str,
+        request_path: str,
+        body: Any = None,
+        *,
+        params: Mapping[str, Any] | None = None,
+        content_type: str = JSON,
+    ) -> dict[str, Any]:
+        if method != "GET":
+            self.guard_write()
+        try:
+            return self._send(method, request_path, body, params, content_type)
+        except Unauthorized:
+            if not self.session.refreshable:
+                raise
+            self.session.invalidate()  # a rotated or expired token: fetch it once more
+            return self._send(method, request_path, body, params, content_type)
+
+    def _send(
+        self,
+        method: str,
+        request_path: str,
+        body: Any,
+        params: Mapping[str, Any] | None,
+        content_type: str,
+    ) -> dict[str, Any]:
+        payload = encode_body(body)
+        request_headers = self._headers(content_type if payload is not None else None)
+        where = self.url(request_path, params)
+        for attempt in (1, 2):
+            connection: http.client.HTTPConnection | None = getattr(self._local, "conn", None)
+            fresh = connection is None
+            if connection is None:
+                connection = self._connection(REQUEST_TIMEOUT_SECONDS)
+                self._local.conn = connection
+            try:
+                connection.request(method, where, body=payload, headers=request_headers)
+                response = connection.getresponse()
+                data = response.read()
+            except _STALE:
+                # The server closed an idle keep-alive connection: open a new one, once.
+                connection.close()
+                self._local.conn = None
+                if fresh or attempt == 2:
+                    raise
+                continue
+            except BaseException:
+                connection.close()
+                self._local.conn = None
+                raise
+            if response.status >= 400:
+                raise api_error(response.status, response.reason, data)
+            return decode_body(data)
+        raise AssertionError("unreachable")
+
+    def get(self, request_path: str, **params: Any) -> dict[str, Any]:
+        return self.request("GET", request_path, params=params)
+
+    def post(self, request_path: str, body: Any) -> dict[str, Any]:
+        return self.request("POST", request_path, body)
+
+    def put(self, request_path: str, body: Any) -> dict[str, Any]:
+        return self.request("PUT", request_path, body)
+
+    def patch(
+        self, request_path: str, body: Any, content_type: str = MERGE_PATCH
+    ) -> dict[str, Any]:
+        return self.request("PATCH", request_path, body, content_type=content_type)
+
+    def delete(self, request_path: str, body: Any = None) -> dict[str, Any]:
+        return self.request("DELETE", request_path, body)
+
+    def watch(
+        self,
+        request_path: str,
+        *,
+        resource_version: str | None,
+        timeout_seconds: int,
+        **params: Any,
+    ) -> Iterator[dict[str, Any]]:
+        """Events of one watch request (ends when the server closes it), on its own connection."""
+        connection = self._connection(timeout_seconds + 30.0)
+        where = self.url(
+            request_path,
+            watch_params(
+                params, resource_version=resource_version, timeout_seconds=timeout_seconds
+            ),
+        )
+        try:
+            connection.request("GET", where, headers=self._headers(None))
+            response = connection.getresponse()
+            if response.status >= 400:
+                raise api_error(response.status, response.reason, response.read())
+            for line in response:
+                event = watch_event(line)
+                if event is not None:
+                    yield event
+        finally:
+            connection.close()
+
+
+class _HTTPSConnection(http.client.HTTPSConnection):
+    """HTTPS whose certificate is checked for a kubeconfig's `tls-server-name`, when it
+    names one, instead of the host dialled."""
+
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        *,
+        timeout: float,
+        context: ssl.SSLContext,
+        server_hostname: str | None,
+    ) -> None:
+        super().__init__(host, port, timeout=timeout, context=context)
+        self._tls_context = context
+        self._server_hostname = server_hostname
+
+    def connect(self) -> None:
+        if self._server_hostname is None:
+            super().connect()
+            return
+        http.client.HTTPConnection.connect(self)
+        self.sock = self._tls_context.wrap_socket(self.sock, server_hostname=self._server_hostname)

@@ -1,0 +1,101 @@
+"""The exec channel protocol v5 (`v5.channel.k8s.io`), without I/O.
+
+Every websocket message of an exec is one binary frame: a channel byte, then data.
+Channels: 0 stdin, 1 stdout, 2 stderr, 3 the exec's final Status, 255 close (the next
+byte names the channel being closed). v5 adds that close signal, so a command reading its
+input sees end-of-file while its output is still flowing.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from urllib.parse import quote, urlencode
+
+PROTOCOL = "v5.channel.k8s.io"
+STDIN, STDOUT, STDERR, ERROR, CLOSE = 0, 1, 2, 3, 255
+# Stdin goes up in pieces of at most this, so one large write is not one huge message.
+STDIN_CHUNK_BYTES = 1 << 20
+
+
+@dataclass(frozen=True)
+class Frame:
+    channel: int
+    data: bytes
+
+
+def decode_frame(payload: bytes) -> Frame | None:
+    """The frame a binary message carries; None for an empty message (a keep-alive)."""
+    if not payload:
+        return None
+    return Frame(payload[0], bytes(payload[1:]))
+
+
+def stdin_messages(data: bytes, chunk: int = STDIN_CHUNK_BYTES) -> Iterator[bytes]:
+    """The messages that send `data` on stdin, in order."""
+    for start in range(0, len(data), chunk):
+        yield bytes([STDIN]) + data[start : start + chunk]
+
+
+def close_message(channel: int = STDIN) -> bytes:
+    """The message that closes `channel` (stdin: the command reads end-of-file)."""
+    return bytes([CLOSE, channel])
+
+
+def exec_path(
+    namespace: str,
+    pod: str,
+    container: str,
+    argv: Sequence[str],
+    *,
+    stdin: bool,
+    stdout: bool = True,
+    stderr: bool = True,
+) -> str:
+    """The request path (with query) of `pods/exec` running argv in one container."""
+    query = [("command", arg) for arg in argv]
+    query += [
+        ("container", container),
+        ("stdout", _flag(stdout)),
+        ("stderr", _flag(stderr)),
+        ("stdin", _flag(stdin)),
+    ]
+    return (
+        f"/api/v1/namespaces/{quote(namespace, safe='')}/pods/{quote(pod, safe='')}"
+        f"/exec?{urlencode(query)}"
+    )
+
+
+def websocket_url(server: str, path: str) -> str:
+    """The ws:// or wss:// URL of `path` on the API server at `server` (http(s)://...)."""
+    base = server.rstrip("/")
+    if base.startswith("https://"):
+        return "wss://" + base[len("https://") :] + path
+    if base.startswith("http://"):
+        return "ws://" + base[len("http://") :] + path
+    raise ValueError(f"the API server address {server!r} is not http:// or https://")
+
+
+def exit_code_from_status(data: bytes) -> int | None:
+    """The exit code in the exec's final Status; None when it is not an exit status."""
+    status = json.loads(data or b"{}")
+    if status.get("status") == "Success":
+        return 0
+    for cause in (status.get("details") or {}).get("causes") or []:
+        if cause.get("reason") == "ExitCode":
+            return int(cause["message"])
+    return None
+
+
+def refusal_message(status_code: int, body: bytes) -> str:
+    """What to say when the API server refused the exec's upgrade with `status_code`."""
+    try:
+        message = str(json.loads(body).get("message") or "")
+    except (ValueError, AttributeError):
+        message = body.decode("utf-8", "replace")
+    return f"exec refused ({status_code}): {message}".rstrip(": ")
+
+
+def _flag(value: bool) -> str:
+    return "true" if value else "false"

@@ -1,0 +1,55 @@
+"""The pure parts the blocking and the asyncio Sandbox handles share (so they cannot drift)."""
+
+from __future__ import annotations
+
+import base64
+import json
+
+import pytest
+
+from openblox.client.background import control_failure
+from openblox.client.errors import ExecTransportError, ProcessNotFound
+from openblox.client.postmortem import denial_records
+from openblox.client.preview import PreviewUnavailable, expiry, key_ring, signed_url
+from openblox.preview.tokens import Grant, verify
+
+KEY = b"k" * 32
+
+
+def test_denial_records_keep_only_denials_from_event_messages() -> None:
+    record = {"denied": "memory", "because": "OOMKilled", "at": "2026-12-01T12:00:00Z"}
+    events = [
+        {"message": json.dumps(record)},
+        {"message": "Created pod"},
+        {"message": json.dumps({"reason": "not a denial"})},
+        {},
+    ]
+    assert denial_records(events) == [record]
+
+
+def test_control_failures_are_typed_from_the_exit_code() -> None:
+    assert control_failure("ps", 0, b"") is None
+    missing = control_failure("stop", 3, b"no process named web\n")
+    assert isinstance(missing, ProcessNotFound)
+    assert str(missing) == "no process named web"
+    broken = control_failure("start", 1, bytearray(b"boom"))
+    assert isinstance(broken, ExecTransportError)
+    assert str(broken) == "start failed (exit 1): boom"
+    assert isinstance(control_failure("ps", None, b""), ExecTransportError)
+
+
+def test_a_signed_url_carries_a_grant_the_proxy_verifies() -> None:
+    data = {
+        "current": base64.b64encode(b"k1").decode(),
+        "k1": base64.b64encode(KEY).decode(),
+    }
+    grant = Grant("ns", "box", "uid-1", 8000, expiry(600, now=1_000_000))
+    url = signed_url(grant, key_ring(data), "http://proxy.example/")
+    assert url.startswith("http://proxy.example/p/") and url.endswith("/")
+    token = url.removeprefix("http://proxy.example/p/").rstrip("/")
+    assert verify(token, {"k1": KEY}, now=1_000_100) == grant
+
+
+def test_a_secret_without_a_current_key_is_refused_clearly() -> None:
+    with pytest.raises(PreviewUnavailable, match="not usable"):
+        key_ring({"k1": base64.b64encode(KEY).decode()})

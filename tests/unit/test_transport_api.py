@@ -1,0 +1,119 @@
+"""The request path against a server on loopback: typed errors, a 401 retried with a fresh
+token, and watch events read line by line."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from openblox.transport import Api, Conflict, Credentials, Gone, NotFound, Session, Unauthorized
+
+
+class _Handler(BaseHTTPRequestHandler):
+    seen: list[tuple[str, str, str]] = []  # noqa: RUF012 (one server per test)
+    token_needed = "fresh"
+
+    def log_message(self, *_: Any) -> None:
+        pass
+
+    def _answer(self, code: int, body: Any) -> None:
+        data = json.dumps(body).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def do_GET(self) -> None:
+        self.seen.append(("GET", self.path, self.headers.get("Authorization", "")))
+        if self.headers.get("Authorization") != f"Bearer {self.token_needed}":
+            self._answer(401, {"kind": "Status", "code": 401, "reason": "Unauthorized"})
+        elif self.path.startswith("/api/v1/namespaces/n/pods/absent"):
+            self._answer(404, {"kind": "Status", "reason": "NotFound", "message": "absent"})
+        elif "watch=1" in self.path:
+            self.send_response(200)
+            self.end_headers()
+            self.wfile.write(b'{"type":"ADDED","object":{"n":1}}\n\n')
+            expired = {"kind": "Status", "code": 410, "reason": "Expired", "message": "too old"}
+            self.wfile.write(json.dumps({"type": "ERROR", "object": expired}).encode() + b"\n")
+        else:
+            self._answer(200, {"kind": "Pod", "metadata": {"name": "p"}})
+
+    def do_POST(self) -> None:
+        length = int(self.headers.get("Content-Length", "0"))
+        self.seen.append(("POST", self.path, self.rfile.read(length).decode()))
+        self._answer(409, {"kind": "Status", "reason": "AlreadyExists", "message": "exists"})
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[tuple[str, Path]]:
+    _Handler.seen = []
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    token = tmp_path / "token"
+    token.write_text("stale")
+    yield f"http://127.0.0.1:{httpd.server_address[1]}", token
+    httpd.shutdown()
+    httpd.server_close()
+
+
+def test_a_refusal_raises_its_type_with_the_status_message(server: tuple[str, Path]) -> None:
+    address, token = server
+    token.write_text("fresh")
+    api = Api(Session(Credentials(server=address, token_file=str(token))))
+    assert api.get("/api/v1/namespaces/n/pods/p")["metadata"]["name"] == "p"
+    with pytest.raises(NotFound) as missing:
+        api.get("/api/v1/namespaces/n/pods/absent")
+    assert missing.value.message == "absent"
+    with pytest.raises(Conflict) as exists:
+        api.post("/api/v1/namespaces/n/pods", {"metadata": {"name": "p"}})
+    assert exists.value.status_reason == "AlreadyExists"
+    assert _Handler.seen[-1][2] == '{"metadata": {"name": "p"}}'
+
+
+def test_a_401_reads_the_token_again_and_sends_once_more(server: tuple[str, Path]) -> None:
+    address, token = server
+    api = Api(Session(Credentials(server=address, token_file=str(token))))
+    api.session.bearer_token()  # "stale" is now cached
+    token.write_text("fresh")  # the kubelet rotated it
+    assert api.get("/api/v1/namespaces/n/pods/p")["kind"] == "Pod"
+    assert [auth for _, _, auth in _Handler.seen] == ["Bearer stale", "Bearer fresh"]
+
+
+def test_a_static_token_refused_is_not_sent_again(server: tuple[str, Path]) -> None:
+    address, _ = server
+    api = Api(Session(Credentials(server=address, token="wrong")))
+    with pytest.raises(Unauthorized):
+        api.get("/api/v1/namespaces/n/pods/p")
+    assert len(_Handler.seen) == 1
+
+
+def test_a_watch_yields_events_then_raises_the_error_event(server: tuple[str, Path]) -> None:
+    address, token = server
+    token.write_text("fresh")
+    api = Api(Session(Credentials(server=address, token_file=str(token))))
+    events = api.watch("/api/v1/pods", resource_version="5", timeout_seconds=3)
+    assert next(events) == {"type": "ADDED", "object": {"n": 1}}
+    with pytest.raises(Gone, match="too old"):
+        next(events)
+    assert "resourceVersion=5" in _Handler.seen[0][1]
+
+
+def test_a_write_guard_refuses_before_anything_is_sent(server: tuple[str, Path]) -> None:
+    address, _ = server
+
+    def refuse() -> None:
+        raise PermissionError("not the leader")
+
+    api = Api(Session(Credentials(server=address, token="fresh"))).guarded(refuse)
+    with pytest.raises(PermissionError):
+        api.post("/api/v1/namespaces/n/pods", {})
+    assert _Handler.seen == []
+    assert api.get("/api/v1/namespaces/n/pods/p")["kind"] == "Pod"  # reads pass
