@@ -4,6 +4,7 @@ Imports are read with `ast`, so a violation is caught even in code no test execu
 """
 
 import ast
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -126,6 +127,27 @@ def test_only_the_mcp_command_loads_the_mcp_sdk() -> None:
         if within(module, sdk)
     ]
     assert violations == []
+
+
+# The guest wing runs inside the sandbox as source text: the standard library only.
+GUEST = "guest"
+
+
+def outside_the_standard_library(modules: Iterator[str]) -> list[str]:
+    return [m for m in modules if m.split(".")[0] not in sys.stdlib_module_names]
+
+
+@pytest.mark.parametrize("path", layer_files(GUEST), ids=lambda path: path.name)
+def test_guest_programs_import_only_the_standard_library(path: Path) -> None:
+    assert outside_the_standard_library(file_imports(path)) == []
+
+
+def test_the_guest_check_refuses_openblox_and_third_party_imports() -> None:
+    source = (
+        "import os\nimport ctypes.util\nfrom openblox import names\nimport yaml\nfrom . import x\n"
+    )
+    modules = imported_modules(source, "openblox.guest")
+    assert outside_the_standard_library(modules) == ["openblox", "yaml", "openblox.guest"]
 
 
 def test_names_imports_only_the_standard_library_basics() -> None:

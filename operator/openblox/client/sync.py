@@ -16,7 +16,6 @@ import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
-from importlib import resources
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -26,6 +25,7 @@ from kubernetes import config as k8s_config
 from kubernetes import watch
 from kubernetes.client.exceptions import ApiException
 
+from openblox import guest
 from openblox.client.arguments import (
     checked_argv,
     checked_byte_count,
@@ -94,13 +94,13 @@ SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/
 # After an exec breaks without a verdict, how long to wait for the kubelet to report
 # whether the pod's container ended (and why: OOMKilled is a memory denial).
 POD_END_WAIT_SECONDS = 8.0
-_SUPERVISOR = resources.files("openblox.client").joinpath("supervisor.py").read_text()
-_FILE_HELPER = resources.files("openblox.client").joinpath("file_helper.py").read_text()
+_SUPERVISOR = guest.source(guest.SUPERVISOR)
+_FILE_HELPER = guest.source(guest.FILE_HELPER)
 # -I: no working directory or user site on sys.path, so a file the guest wrote cannot
 # stand in for a standard module; -S: no `site`, which costs start-up time.
 HELPER_PYTHON = ("python3", "-I", "-S", "-c")
 SUPERVISOR_ARGV = (*HELPER_PYTHON, _SUPERVISOR)
-# The same `run` in C (client/supervise.c), where the image ships it: no Python start-up.
+# The same `run` in C (guest/supervise.c), where the image ships it: no Python start-up.
 NATIVE_SUPERVISOR = "/usr/libexec/openblox/supervise"
 # The profile default, for a status written before the operator published the cap.
 DEFAULT_PROCESS_CAP = 256
