@@ -25,10 +25,10 @@ from datetime import UTC, datetime
 
 from openblox.controller import metrics
 from openblox.controller.election import Election, NotLeader
-from openblox.controller.events import EventRecorder
+from openblox.controller.events import EventRecorder, record_denial
 from openblox.controller.kube import Kube, is_conflict, is_not_found, path
 from openblox.controller.profile_store import ProfileStore
-from openblox.controller.reconcile import Reconciler, record_denial
+from openblox.controller.reconcile import Reconciler
 from openblox.controller.sandbox_cache import SandboxCache
 from openblox.denials import lifetime_denial
 from openblox.lifetime.expiry import Expiry
