@@ -7,8 +7,6 @@ from collections.abc import Mapping
 from fractions import Fraction
 from typing import Any
 
-import yaml
-
 from openblox.models.errors import ProfileError
 from openblox.models.profile import (
     DEFAULT_COMMAND,
@@ -25,6 +23,7 @@ from openblox.models.profile import (
     Resources,
 )
 from openblox.models.quantity import Quantity, parse_quantity
+from openblox.models.strict_yaml import InvalidYAML, load_strict_yaml
 from openblox.names import APPROVED_RUNTIME_CLASSES
 
 _MAX_ID = 2**31 - 1
@@ -42,42 +41,11 @@ class _Invalid(Exception):
     """One thing wrong with a profile document; parse_profile adds the profile's name."""
 
 
-class _StrictLoader(yaml.SafeLoader):
-    """A SafeLoader that rejects duplicate keys instead of silently keeping the last one."""
-
-
-def _construct_mapping(loader: _StrictLoader, node: yaml.MappingNode) -> dict[Any, Any]:
-    seen: set[object] = set()
-    for key_node, _ in node.value:
-        if key_node.tag == "tag:yaml.org,2002:merge":
-            continue  # keys merged in with << may legitimately be overridden
-        key = loader.construct_object(key_node, deep=True)
-        try:
-            duplicate = key in seen
-        except TypeError:
-            raise yaml.constructor.ConstructorError(
-                None, None, "mapping keys must be plain scalars", key_node.start_mark
-            ) from None
-        if duplicate:
-            raise yaml.constructor.ConstructorError(
-                None, None, f'duplicate key "{key}"', key_node.start_mark
-            )
-        seen.add(key)
-    return loader.construct_mapping(node, deep=True)
-
-
-_StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
-
-
 def _load_yaml(raw_yaml: str) -> object:
     try:
-        return yaml.load(raw_yaml, Loader=_StrictLoader)
-    except yaml.MarkedYAMLError as error:
-        mark = error.problem_mark
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        raise _Invalid(f"invalid YAML{where}: {error.problem}") from None
-    except yaml.YAMLError as error:
-        raise _Invalid(f"invalid YAML: {error}") from None
+        return load_strict_yaml(raw_yaml)
+    except InvalidYAML as error:
+        raise _Invalid(str(error)) from None
 
 
 def _describe(value: object) -> str:
