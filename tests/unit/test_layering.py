@@ -183,7 +183,8 @@ LAYER_ORDER = (
     "cli",
 )
 # Imports against the order that are known and named in ARCHITECTURE.md (the client's
-# preview_url signs with preview.tokens). Allowed, not required: removing one is welcome.
+# preview_url signs with preview.tokens and preview.keys). Allowed, not required: removing
+# one is welcome.
 AGAINST_THE_ORDER = {("client", "preview")}
 REPO = PACKAGE.parents[1]
 
