@@ -23,7 +23,8 @@ from hypothesis import strategies as st
 from openblox.cli.main import main
 from openblox.client import InvalidArgument, Sandbox
 from openblox.preview import tokens
-from openblox.preview.server import HTTPError, PreviewServer
+from openblox.preview.http11 import HTTPError
+from openblox.preview.server import PreviewServer
 from tests.fuzz.oracle import Violation, clear
 from tests.fuzz.pure import SCALARS, VALUES
 from tests.fuzz.runner import Surface

@@ -4,6 +4,7 @@ Imports are read with `ast`, so a violation is caught even in code no test execu
 """
 
 import ast
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -142,6 +143,27 @@ def test_only_the_mcp_command_loads_the_mcp_sdk() -> None:
         if within(module, sdk)
     ]
     assert violations == []
+
+
+# The guest wing runs inside the sandbox as source text: the standard library only.
+GUEST = "guest"
+
+
+def outside_the_standard_library(modules: Iterator[str]) -> list[str]:
+    return [m for m in modules if m.split(".")[0] not in sys.stdlib_module_names]
+
+
+@pytest.mark.parametrize("path", layer_files(GUEST), ids=lambda path: path.name)
+def test_guest_programs_import_only_the_standard_library(path: Path) -> None:
+    assert outside_the_standard_library(file_imports(path)) == []
+
+
+def test_the_guest_check_refuses_openblox_and_third_party_imports() -> None:
+    source = (
+        "import os\nimport ctypes.util\nfrom openblox import names\nimport yaml\nfrom . import x\n"
+    )
+    modules = imported_modules(source, "openblox.guest")
+    assert outside_the_standard_library(modules) == ["openblox", "yaml", "openblox.guest"]
 
 
 def test_names_imports_only_the_standard_library_basics() -> None:
@@ -331,3 +353,82 @@ def test_openblox_has_no_import_cycles() -> None:
 def test_the_cycle_finder_finds_a_cycle() -> None:
     graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
     assert cycles(graph) == [["a", "b", "c"]]
+
+
+# The layer order, lowest first, as ARCHITECTURE.md states it in one line: a package (or
+# top-level module) imports only from those before it. Register a new package here.
+LAYER_ORDER = (
+    "guest",
+    "names",
+    "timestamps",
+    "models",
+    "lifetime",
+    "denials",
+    "builders",
+    "pool",
+    "leadership",
+    "transport",
+    "kubernetes_configuration",
+    "controller",
+    "client",
+    "preview",
+    "agent_tools",
+    "conformance",
+    "cli",
+)
+# Imports against the order that are known and named in ARCHITECTURE.md (the client's
+# preview_url signs with preview.tokens and preview.keys). Allowed, not required: removing
+# one is welcome.
+AGAINST_THE_ORDER = {("client", "preview")}
+REPO = PACKAGE.parents[1]
+
+
+def top_level(path: Path) -> str:
+    parts = path.relative_to(PACKAGE).parts
+    return parts[0] if len(parts) > 1 else path.stem
+
+
+def test_every_package_has_a_place_in_the_layer_order() -> None:
+    found = {top_level(path) for path in PACKAGE.rglob("*.py")} - {"__init__"}
+    assert found - set(LAYER_ORDER) == set(), "add it to LAYER_ORDER and ARCHITECTURE.md"
+
+
+def test_packages_import_only_from_lower_layers() -> None:
+    rank = {name: index for index, name in enumerate(LAYER_ORDER)}
+    violations = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        importer = top_level(path)
+        if importer == "__init__":
+            continue  # openblox/__init__.py: the public face, above every layer
+        for module in file_imports(path):
+            parts = module.split(".")
+            if parts[0] != "openblox" or len(parts) < 2 or parts[1] == importer:
+                continue
+            imported = parts[1]
+            if rank.get(imported, -1) >= rank[importer] and (
+                (importer, imported) not in AGAINST_THE_ORDER
+            ):
+                violations.append(f"{path.relative_to(PACKAGE.parent)} imports {module}")
+    assert violations == []
+
+
+def test_architecture_states_the_same_order_and_maps_every_folder() -> None:
+    text = (REPO / "ARCHITECTURE.md").read_text()
+    line = next(line for line in text.splitlines() if line.startswith("**Layer order**"))
+    stated = line.split(":", 1)[1].replace("`", "").rstrip(".").split("→")
+    assert tuple(name.strip() for name in stated) == LAYER_ORDER
+    mapped = {row.split("|")[1].strip().strip("`") for row in text.splitlines() if "| `" in row}
+    packages = {
+        f"operator/openblox/{p.name}/" for p in PACKAGE.iterdir() if (p / "__init__.py").exists()
+    }
+    # Top-level folders of the checkout, bar hidden ones (.ci/ aside) and build output.
+    folders = {
+        f"{p.name}/"
+        for p in REPO.iterdir()
+        if p.is_dir()
+        and (not p.name.startswith(".") or p.name == ".ci")
+        and p.name not in {"build", "dist", "__pycache__"}
+        and not p.name.endswith(".egg-info")
+    }
+    assert packages - mapped == set()
+    assert folders - mapped == set()

@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from openblox.client import supervisor
+from openblox.guest import supervisor
 
 PROFILE = Path(__file__).resolve().parents[2] / "cluster" / "seccomp" / "sandbox.json"
 

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from openblox.client import supervisor
 from openblox.client.launch import SUPERVISOR_ARGV
+from openblox.guest import supervisor
 
 PYTHON = sys.executable
 NATIVE_SOURCE = Path(supervisor.__file__).with_name("supervise.c")

@@ -20,7 +20,7 @@ IMAGE_OCI_ARGS=(
 
 # The exec supervisor's native `run` (see the source's header); the client falls back to
 # its Python twin in images without it.
-SUPERVISE_SOURCE=$IMAGES_DIR/../../operator/openblox/client/supervise.c
+SUPERVISE_SOURCE=$IMAGES_DIR/../../operator/openblox/guest/supervise.c
 
 image_key_inputs() {
   echo "base $(base_key)"

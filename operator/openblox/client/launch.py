@@ -3,18 +3,18 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from importlib import resources
 
+from openblox import guest
 from openblox.client.arguments import checked_cwd, env_pairs
 
-_SUPERVISOR = resources.files("openblox.client").joinpath("supervisor.py").read_text()
-_FILE_HELPER = resources.files("openblox.client").joinpath("file_helper.py").read_text()
+_SUPERVISOR = guest.source(guest.SUPERVISOR)
+_FILE_HELPER = guest.source(guest.FILE_HELPER)
 # -I: no working directory or user site on sys.path, so a file the guest wrote cannot
 # stand in for a standard module; -S: no `site`, which costs start-up time.
 HELPER_PYTHON = ("python3", "-I", "-S", "-c")
 SUPERVISOR_ARGV = (*HELPER_PYTHON, _SUPERVISOR)
 FILE_HELPER_ARGV = (*HELPER_PYTHON, _FILE_HELPER)
-# The same `run` in C (client/supervise.c), where the image ships it: no Python start-up.
+# The same `run` in C (guest/supervise.c), where the image ships it: no Python start-up.
 NATIVE_SUPERVISOR = "/usr/libexec/openblox/supervise"
 
 

@@ -30,7 +30,7 @@ from typing import Any
 from kubernetes.client.exceptions import ApiException
 
 from openblox.conformance.kube import PART_OF, Kube, PodEnded
-from openblox.conformance.probes import CANARY, PROBE, source
+from openblox.guest import CANARY, PROBE, source
 
 CONTAINER = "canary"
 NET, METADATA, HOST = "canary-net", "canary-metadata", "canary-host"

@@ -19,8 +19,8 @@ from typing import Any, TypeVar
 from openblox.conformance.backend import Backend, BackendError, ExecOutcome, Handle
 from openblox.conformance.canaries import Canaries, CanaryError
 from openblox.conformance.kube import Kube, message_of
-from openblox.conformance.probes import PROBE, source
 from openblox.conformance.settings import Settings
+from openblox.guest import PROBE, source
 
 PROBE_SA = "openblox-conformance-probe"
 T = TypeVar("T")

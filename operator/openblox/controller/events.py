@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 from collections.abc import Mapping
@@ -10,8 +11,9 @@ from typing import Any
 
 from openblox.controller.election import NotLeader
 from openblox.controller.kube import Kube, path
-from openblox.models import format_micro_timestamp
-from openblox.names import FIELD_MANAGER
+from openblox.denials import Denial
+from openblox.models import Sandbox, format_micro_timestamp
+from openblox.names import API_VERSION, FIELD_MANAGER, KIND, Reason
 
 log = logging.getLogger(__name__)
 
@@ -70,3 +72,18 @@ class EventRecorder:
             log.warning(
                 "could not record event %s on %s", reason, metadata.get("name"), exc_info=True
             )
+
+
+def sandbox_ref(sandbox: Sandbox) -> dict[str, Any]:
+    """A Sandbox as an Event's involved object."""
+    return {
+        "apiVersion": API_VERSION,
+        "kind": KIND,
+        "metadata": {"name": sandbox.name, "namespace": sandbox.namespace, "uid": sandbox.uid},
+    }
+
+
+def record_denial(events: EventRecorder, involved: Mapping[str, Any], denial: Denial) -> None:
+    """A `Denied` Event whose message is the record itself, as JSON (docs/denials.md)."""
+    message = json.dumps(denial.to_dict(), separators=(",", ":"), ensure_ascii=False)
+    events.record(involved, Reason.DENIED, message)

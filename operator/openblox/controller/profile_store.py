@@ -10,8 +10,8 @@ import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from openblox.models import Profile, parse_profiles
 from openblox.models.errors import ProfileError
-from openblox.models.profile import Profile, parse_profiles
 
 
 @dataclass(frozen=True)

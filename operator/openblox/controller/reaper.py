@@ -25,16 +25,16 @@ from datetime import UTC, datetime
 
 from openblox.controller import metrics
 from openblox.controller.election import Election, NotLeader
-from openblox.controller.events import EventRecorder
+from openblox.controller.events import EventRecorder, record_denial, sandbox_ref
 from openblox.controller.kube import Kube, is_conflict, is_not_found, path
 from openblox.controller.profile_store import ProfileStore
-from openblox.controller.reconcile import Reconciler, record_denial
+from openblox.controller.reconcile import Reconciler
 from openblox.controller.sandbox_cache import SandboxCache
 from openblox.denials import lifetime_denial
 from openblox.lifetime.expiry import Expiry
 from openblox.lifetime.reaping import expiry_of, find_expired
 from openblox.models import Sandbox
-from openblox.names import API_VERSION, GROUP, KIND, PLURAL, VERSION, Reason
+from openblox.names import GROUP, PLURAL, VERSION, Reason
 
 log = logging.getLogger(__name__)
 
@@ -165,11 +165,7 @@ class Reaper:
             return 0
         because = "idle timeout" if expiry.reason == "Idle" else "maximum age"
         message = f"sandbox reached its {because} at {expiry.expires_at.isoformat()}; deleting it"
-        ref = {
-            "apiVersion": API_VERSION,
-            "kind": KIND,
-            "metadata": {"name": sandbox.name, "namespace": sandbox.namespace, "uid": sandbox.uid},
-        }
+        ref = sandbox_ref(sandbox)
         self._events.record(ref, Reason.EXPIRED, message, warning=False)
         profile = self._profiles.get(sandbox.spec.profile)
         if profile is not None:

@@ -12,7 +12,6 @@ this Sandbox owns it. The status is patched only when it changed.
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
 import threading
@@ -31,14 +30,12 @@ from openblox.builders.conditions import (
     status_changed,
     unschedulable_runtime,
 )
-from openblox.builders.network_policy import build_network_policy
 from openblox.builders.status import build_status, status_patch
-from openblox.controller import metrics
+from openblox.controller import metrics, namespaces, runtime_checks
 from openblox.controller.boundary import probe_boundary
 from openblox.controller.election import NotLeader
-from openblox.controller.events import EventRecorder
+from openblox.controller.events import EventRecorder, record_denial, sandbox_ref
 from openblox.controller.kube import (
-    STRATEGIC_MERGE_PATCH,
     Kube,
     is_conflict,
     is_namespace_terminating,
@@ -63,28 +60,15 @@ from openblox.models import (
 from openblox.models.profile import Boundary, resolve_profile
 from openblox.names import (
     ANNOTATION_BOUNDARY,
-    API_VERSION,
     GROUP,
-    KIND,
-    LABEL_NAMESPACE_OPT_IN,
-    NAMESPACE_OPT_IN_VALUE,
-    NETWORK_POLICY_NAME,
     PLURAL,
     VERSION,
     Reason,
 )
-from openblox.timestamps import parse_optional_timestamp, parse_timestamp
+from openblox.timestamps import parse_optional_timestamp
 
 log = logging.getLogger(__name__)
 
-PSA_LABELS = {
-    "pod-security.kubernetes.io/enforce": "restricted",
-    "pod-security.kubernetes.io/enforce-version": "latest",
-}
-# A pod still Pending after this long has its events read for a runtime failure.
-PENDING_GRACE_SECONDS = 3.0
-# containerd's words for a RuntimeClass handler it has no runtime for.
-MISSING_HANDLER = "no runtime for"
 # An inconclusive boundary probe is tried again after this long.
 PROBE_RETRY_SECONDS = 5.0
 # A reconcile that failed (an API error, a timeout) is tried again, backing off from this.
@@ -207,8 +191,8 @@ class Reconciler:
             self.deadlines.disarm(
                 (sandbox.namespace, sandbox.name)
             )  # never reaped: see find_expired
-            pod = self._read_pod(sandbox)
-            self._events.record(_sandbox_ref(sandbox), error.reason, error.message)
+            pod = self.pods.read(sandbox)
+            self._events.record(sandbox_ref(sandbox), error.reason, error.message)
             return Observation(profile_problem=Problem.from_error(error)), None, pod
 
         expiry = compute_expiry(sandbox, lifetime, now)
@@ -217,11 +201,11 @@ class Reconciler:
         base = Observation(expiry=expiry, expected_boundary=profile.expected_boundary)
         runtime_problem = self.runtime_problem(profile)
         if runtime_problem:
-            self._events.record(_sandbox_ref(sandbox), Reason.RUNTIME_UNAVAILABLE, runtime_problem)
+            self._events.record(sandbox_ref(sandbox), Reason.RUNTIME_UNAVAILABLE, runtime_problem)
             return (
                 replace(base, runtime_available=False, runtime_message=runtime_problem),
                 profile,
-                self._read_pod(sandbox),
+                self.pods.read(sandbox),
             )
         if expiry.expired:
             # The reaper deletes it; no new pod for a sandbox whose time is up.
@@ -229,11 +213,11 @@ class Reconciler:
             return (
                 replace(base, runtime_available=True, denials=(reaped,)),
                 profile,
-                self._read_pod(sandbox),
+                self.pods.read(sandbox),
             )
 
         self.prepare_namespace(sandbox.namespace)
-        pod, conflict = self._ensure_pod(sandbox, profile)
+        pod, conflict = self.pods.ensure(sandbox, profile)
         if conflict:
             return replace(base, runtime_available=True, pod_conflict=conflict), profile, None
         if pod is None:
@@ -267,9 +251,9 @@ class Reconciler:
             return replace(base, runtime_available=True, pod=state, denials=denials), profile, pod
         sandbox_failure = unschedulable_runtime(
             pod, profile.runtime_class_name
-        ) or self._sandbox_creation_failure(key, pod, now)
+        ) or runtime_checks.sandbox_creation_failure(self._kube, self.requeue, key, pod, now)
         if sandbox_failure:
-            self._events.record(_sandbox_ref(sandbox), Reason.RUNTIME_UNAVAILABLE, sandbox_failure)
+            self._events.record(sandbox_ref(sandbox), Reason.RUNTIME_UNAVAILABLE, sandbox_failure)
             return (
                 replace(base, runtime_available=False, runtime_message=sandbox_failure, pod=state),
                 profile,
@@ -285,18 +269,19 @@ class Reconciler:
                 f"pod {sandbox.namespace}/{pod['metadata']['name']} runs behind {boundary}, "
                 f"not {profile.expected_boundary}; deleting it"
             )
-            self._events.record(_sandbox_ref(sandbox), Reason.BOUNDARY_MISMATCH, message)
+            self._events.record(sandbox_ref(sandbox), Reason.BOUNDARY_MISMATCH, message)
             self.delete_pod(pod)
         return replace(on_node, observed_boundary=boundary), profile, pod
 
     def namespace_labels(self, namespace: str) -> dict[str, str]:
-        known, labels = self.watched.namespace_labels(namespace)
-        if known and labels is not None:
-            return labels
-        body = self._kube.get(path(plural="namespaces", name=namespace))
-        labels = dict((body.get("metadata") or {}).get("labels") or {})
-        self.watched.namespace_seen(namespace, labels)
-        return labels
+        return namespaces.namespace_labels(self._kube, self.watched, namespace)
+
+    def runtime_problem(self, profile: Profile) -> str | None:
+        enforced = self._settings.network_policy_enforced
+        return runtime_checks.runtime_problem(self._kube, self.watched, profile, enforced)
+
+    def prepare_namespace(self, namespace: str) -> None:
+        namespaces.prepare_namespace(self._kube, self.watched, namespace)
 
     def _resolve_profile(self, sandbox: Sandbox) -> Profile:
         labels = self.namespace_labels(sandbox.namespace)
@@ -308,79 +293,19 @@ class Reconciler:
             sandbox.spec.profile, sandbox.namespace, labels, self._profiles.snapshot(), broken
         )
 
-    def runtime_problem(self, profile: Profile) -> str | None:
-        name = profile.runtime_class_name
-        exists = self.watched.runtime_class_exists(name)
-        if exists is None:
-            try:
-                self._kube.get(path(group="node.k8s.io", plural="runtimeclasses", name=name))
-                self.watched.runtime_class_seen(name)
-                exists = True
-            except Exception as error:
-                if not is_not_found(error):
-                    raise
-                self.watched.runtime_class_gone(name)
-                exists = False
-        if not exists:
-            return (
-                f'RuntimeClass "{profile.runtime_class_name}" does not exist in this '
-                "cluster; refusing to run the sandbox under any other runtime"
-            )
-        if profile.runtime_class_name == "kata" and not self._settings.network_policy_enforced:
-            return (
-                "Kata profiles need NetworkPolicy enforcement (under Kata the policy is the "
-                "only network layer) and this cluster has not confirmed it "
-                "(OPENBLOX_NETWORK_POLICY_ENFORCED)"
-            )
-        return None
-
-    def prepare_namespace(self, namespace: str) -> None:
-        """Pod Security `restricted` and the default-deny policy, before any pod exists."""
-        current = self.namespace_labels(namespace)
-        if current.get(LABEL_NAMESPACE_OPT_IN) == NAMESPACE_OPT_IN_VALUE and any(
-            current.get(k) != v for k, v in PSA_LABELS.items()
-        ):
-            patched = self._kube.patch(
-                path(plural="namespaces", name=namespace),
-                {"metadata": {"labels": PSA_LABELS}},
-                STRATEGIC_MERGE_PATCH,
-            )
-            self.watched.namespace_seen(namespace, (patched.get("metadata") or {}).get("labels"))
-        if self.watched.has_policy(namespace):
-            return  # the NetworkPolicy watch saw it; its deletion brings a reconcile
-        try:
-            self._kube.post(
-                path(group="networking.k8s.io", plural="networkpolicies", namespace=namespace),
-                build_network_policy(namespace),
-            )
-            log.info("created NetworkPolicy %s/%s", namespace, NETWORK_POLICY_NAME)
-        except Exception as error:
-            if not is_conflict(error):
-                raise
-        self.watched.policy_seen(namespace)
-
-    def _read_pod(self, sandbox: Sandbox) -> dict[str, Any] | None:
-        """The Sandbox's pod as the pod watch last showed it (no request)."""
-        return self.pods.read(sandbox)
-
-    def _ensure_pod(
-        self, sandbox: Sandbox, profile: Profile
-    ) -> tuple[dict[str, Any] | None, str | None]:
-        return self.pods.ensure(sandbox, profile)
-
     def _replace_dead_pod(
         self, sandbox: Sandbox, pod: dict[str, Any], state: PodState, denial: Denial | None
     ) -> None:
         """A dead sandbox pod is deleted; its deletion event brings a fresh one."""
         why = state.reason or f"exit code {state.exit_code}"
         self._events.record(
-            _sandbox_ref(sandbox),
+            sandbox_ref(sandbox),
             Reason.POD_FAILED,
             f"sandbox pod ended ({why}); replacing it with a new pod "
             "(files in /tmp, /workspace and running processes are lost)",
         )
         if denial is not None:
-            record_denial(self._events, _sandbox_ref(sandbox), denial)
+            record_denial(self._events, sandbox_ref(sandbox), denial)
         self.delete_pod(pod)
 
     def _release_pod_of_lost_node(
@@ -389,7 +314,7 @@ class Reconciler:
         """Remove the API object of a pod its lost node cannot finish; its deletion event
         brings a new pod, on another node with the runtime or Unschedulable with why."""
         self._events.record(
-            _sandbox_ref(sandbox),
+            sandbox_ref(sandbox),
             Reason.POD_FAILED,
             f"node {node} was lost with the sandbox pod on it; replacing the pod on another "
             "node (files in /tmp, /workspace and running processes are lost)",
@@ -398,35 +323,6 @@ class Reconciler:
 
     def delete_pod(self, pod: Mapping[str, Any]) -> None:
         self.pods.delete(pod)
-
-    def _sandbox_creation_failure(
-        self, key: tuple[str, str], pod: Mapping[str, Any], now: datetime
-    ) -> str | None:
-        """The kubelet could not create the pod sandbox (for instance, no such handler)."""
-        status = pod.get("status") or {}
-        if status.get("phase") != "Pending":
-            self.requeue.settled(key)
-            return None
-        created = pod["metadata"].get("creationTimestamp")
-        age = (now - parse_timestamp(created)).total_seconds() if created else PENDING_GRACE_SECONDS
-        if age < PENDING_GRACE_SECONDS:
-            # No pod event may come if the node cannot make the pod's sandbox: look then.
-            self.requeue.after(key, PENDING_GRACE_SECONDS - age)
-            return None
-        events = self._kube.get(
-            path(plural="events", namespace=pod["metadata"]["namespace"]),
-            fieldSelector=f"involvedObject.uid={pod['metadata']['uid']},"
-            "reason=FailedCreatePodSandBox",
-        )
-        for event in events.get("items") or []:
-            # Only a handler the node lacks is final; anything else (a shim that timed
-            # out on a loaded node) the kubelet retries, and the pod stays Pending.
-            message = event.get("message") or ""
-            if MISSING_HANDLER in message:
-                self.requeue.settled(key)
-                return f"the node could not start the pod's runtime: {message}"
-        self.requeue.after(key, PENDING_GRACE_SECONDS)
-        return None
 
     def observed_boundary(
         self, key: tuple[str, str] | None, pod: Mapping[str, Any], state: PodState
@@ -539,17 +435,3 @@ def _profile_digest(pod: Mapping[str, Any] | None, profile: Profile | None) -> s
         if digest:
             return str(digest)
     return profile.digest if profile else None
-
-
-def record_denial(events: EventRecorder, involved: Mapping[str, Any], denial: Denial) -> None:
-    """A `Denied` Event whose message is the record itself, as JSON (docs/denials.md)."""
-    message = json.dumps(denial.to_dict(), separators=(",", ":"), ensure_ascii=False)
-    events.record(involved, Reason.DENIED, message)
-
-
-def _sandbox_ref(sandbox: Sandbox) -> dict[str, Any]:
-    return {
-        "apiVersion": API_VERSION,
-        "kind": KIND,
-        "metadata": {"name": sandbox.name, "namespace": sandbox.namespace, "uid": sandbox.uid},
-    }

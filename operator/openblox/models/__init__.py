@@ -17,11 +17,10 @@ from openblox.models.profile import (
     Profile,
     Quantity,
     Resources,
-    parse_profile,
-    parse_profiles,
     parse_quantity,
     resolve_profile,
 )
+from openblox.models.profile_parsing import parse_profile, parse_profiles
 from openblox.models.sandbox import Sandbox, SandboxSpec, parse_sandbox
 from openblox.timestamps import format_micro_timestamp, format_timestamp, parse_timestamp
 

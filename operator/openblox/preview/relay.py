@@ -1,8 +1,8 @@
 """A byte pipe to 127.0.0.1:<port> inside a sandbox, carried by one pods/exec stream.
 
 Sandbox pods have no network, so the proxy never connects to them. It execs a small
-stdlib-only relay (AGENT, below) in the sandbox's container; the relay connects to the
-loopback port and copies bytes: exec stdin -> socket, socket -> exec stdout. The proxy
+stdlib-only relay (guest/relay_agent.py) in the sandbox's container; the relay connects
+to the loopback port and copies bytes: exec stdin -> socket, socket -> exec stdout. The proxy
 sees a `Tunnel`: a readable raw stream (the server's bytes) with `send` for the other way.
 End of stdin ends the relay, so closing the tunnel ends the process in the sandbox.
 """
@@ -16,44 +16,13 @@ import time
 from collections import deque
 from collections.abc import Callable
 
+from openblox.guest import RELAY_AGENT, source
 from openblox.transport import ERROR, STDERR, STDOUT, ExecSocket, ExecStreamError
 
-# Run as `python3 -I -S -c AGENT PORT`. Exit 3: nothing listens on the port.
-AGENT = r"""
-import os, socket, sys, threading
-port = int(sys.argv[1])
-try:
-    conn = socket.create_connection(("127.0.0.1", port), timeout=10)
-except OSError as error:
-    sys.stderr.write("openblox-relay: connect 127.0.0.1:%d: %s\n" % (port, error))
-    sys.stderr.flush()
-    os._exit(3)
-conn.settimeout(None)
-conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-def inbound():
-    try:
-        while True:
-            data = os.read(0, 262144)
-            if not data:
-                break
-            conn.sendall(data)
-    except OSError:
-        pass
-    os._exit(0)
-threading.Thread(target=inbound, daemon=True).start()
-try:
-    while True:
-        data = conn.recv(262144)
-        if not data:
-            break
-        view = memoryview(data)
-        while view:
-            view = view[os.write(1, view):]
-except OSError:
-    pass
-os._exit(0)
-"""
-AGENT_EXIT_REFUSED = 3
+# Run as `python3 -I -S -c AGENT PORT` (guest/relay_agent.py). Exit 3: nothing listens on
+# the port.
+AGENT = source(RELAY_AGENT)
+AGENT_EXIT_REFUSED = 3  # guest/relay_agent.py's EXIT_REFUSED
 # Server bytes buffered ahead of a slow reader before the tunnel stops reading the exec
 # stream (and so pushes back on the sandbox).
 BUFFER_BYTES = 4 << 20

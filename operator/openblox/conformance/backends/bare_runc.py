@@ -13,11 +13,11 @@ import contextlib
 import json
 import secrets
 from collections.abc import Mapping, Sequence
-from importlib import resources
 from typing import Any
 
 from kubernetes.client.exceptions import ApiException
 
+from openblox import guest
 from openblox.conformance.backend import (
     BackendError,
     Capability,
@@ -31,7 +31,7 @@ from openblox.conformance.kube import Kube, message_of
 from openblox.conformance.settings import Settings
 from openblox.names import CONTAINER_NAME
 
-_FILE_HELPER = resources.files("openblox.client").joinpath("file_helper.py").read_text()
+_FILE_HELPER = guest.source(guest.FILE_HELPER)
 
 
 class BareRuncBackend:

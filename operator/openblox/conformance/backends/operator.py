@@ -24,7 +24,7 @@ from openblox.conformance.backend import (
 )
 from openblox.conformance.kube import Kube, kubeconfig_path
 from openblox.conformance.settings import Settings
-from openblox.models.profile import parse_quantity
+from openblox.models.quantity import parse_quantity
 from openblox.names import (
     GROUP,
     LABEL_NAMESPACE_OPT_IN,

@@ -3,6 +3,8 @@
 from openblox.conformance.checks import (  # noqa: F401  (importing registers the checks)
     boundary,
     control_plane,
+    control_plane_pods,
+    control_plane_status,
     filesystem,
     identity,
     lifetime,

@@ -8,7 +8,7 @@ from typing import Any
 from openblox.conformance.canaries import HOST, NET, Canaries
 from openblox.conformance.checks.registry import check
 from openblox.conformance.context import CannotRun, Context, Verdict, fail, ok
-from openblox.conformance.probes import PROBE, source
+from openblox.guest import PROBE, source
 
 # Processes that exist only in a host's (or node's) PID namespace.
 HOST_PROCESSES = {

@@ -8,7 +8,7 @@ import time
 from openblox.conformance.backend import Handle
 from openblox.conformance.checks.registry import check
 from openblox.conformance.context import CannotRun, Context, Verdict, fail, ok
-from openblox.conformance.probes import PROBE, source
+from openblox.guest import PROBE, source
 
 EXEC_TIMEOUT = 3.0
 EXEC_GRACE = 15.0

@@ -11,7 +11,7 @@ from openblox.conformance.backend import ExecOutcome, Handle
 from openblox.conformance.canaries import NET, Canaries
 from openblox.conformance.checks.registry import check
 from openblox.conformance.context import CannotRun, Context, Verdict, fail, ok, volume_medium
-from openblox.conformance.probes import PROBE, source
+from openblox.guest import PROBE, source
 
 MiB = 1 << 20
 UNDECLARED_MEMORY_TARGET = 1024 * MiB

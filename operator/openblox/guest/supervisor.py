@@ -22,6 +22,9 @@ limit are inherited and cannot be lifted by the command.
 and double-forked daemons) stays its descendant and is killed with it. Output is framed
 (one tag byte, a 4-byte length, the data) so the caller can tell the command's bytes
 from the verdict: everything the command writes is framed by the supervisor.
+
+One file over 400 lines on purpose: it is sent whole as one `-c` argument on every exec,
+and a guest program cannot import a sibling module.
 """
 
 from __future__ import annotations

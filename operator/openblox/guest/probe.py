@@ -5,6 +5,9 @@ something a contained workload must not be able to do, or observes what the work
 see, and prints one JSON object on the last line of stdout. Probes report; the suite's
 checks judge. Probes that could change shared state (sysctls, the clock) write back the
 value they read, so even where they are wrongly allowed they change nothing.
+
+One file over 400 lines on purpose: it is sent whole as one `-c` argument, and each
+probe must find every helper it uses in it (a guest program cannot import a sibling).
 """
 # Low-level os calls on purpose (it is what a guest's code would do), so no pathlib:
 # ruff: noqa: PTH101, PTH102, PTH106, PTH110, PTH108, PTH112, PTH114, PTH115, PTH116, PTH118, PTH123, PTH208

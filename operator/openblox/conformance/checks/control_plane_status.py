@@ -1,0 +1,168 @@
+"""Control plane, what the operator enforces and reports: a missing runtime fails closed,
+a Sandbox cannot be given a longer life, and its status cannot be forged by a client.
+
+Helpers and the identity are shared with control_plane.py.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from kubernetes.client.exceptions import ApiException
+
+from openblox.conformance.checks.control_plane import (
+    DRY,
+    attempt,
+    identity,
+    judge,
+    plane,
+    sandbox_manifest,
+)
+from openblox.conformance.checks.registry import check
+from openblox.conformance.context import CannotRun, Context, Verdict, fail, ok
+from openblox.conformance.kube import Kube, message_of
+from openblox.names import GROUP, LABEL_SANDBOX, PLURAL, VERSION
+
+
+def _watch_sandbox(
+    kube: Kube, namespace: str, name: str, seconds: float
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The Ready condition once it settles (or at the end), and the pods made for it."""
+    deadline = time.monotonic() + seconds
+    condition: dict[str, Any] = {}
+    while time.monotonic() < deadline:
+        body = kube.custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)
+        for c in (body.get("status") or {}).get("conditions") or []:
+            if c.get("type") == "Ready":
+                condition = c
+        if condition.get("status") == "True" or condition.get("reason") not in (
+            None,
+            "PodPending",
+            "PodNotCreated",
+            "RuntimeNotChecked",
+            "ProfileNotResolved",
+        ):
+            break
+        time.sleep(1)
+    pods = [
+        kube.plain(item)
+        for item in kube.core.list_namespaced_pod(
+            namespace, label_selector=f"{LABEL_SANDBOX}={name}"
+        ).items
+    ]
+    return condition, pods
+
+
+def _pods_text(pods: list[dict[str, Any]]) -> str:
+    if not pods:
+        return "no pod was made"
+    return ", ".join(
+        f"pod {p['metadata']['name']} runtimeClassName {p['spec'].get('runtimeClassName')} "
+        f"phase {(p.get('status') or {}).get('phase')}"
+        for p in pods
+    )
+
+
+@check("CTL-008")
+def fails_closed(ctx: Context) -> Verdict:
+    p = plane(ctx)
+    profile = p.unavailable_profile
+    if not profile:
+        raise CannotRun(
+            "no profile with an unavailable runtime was named "
+            "(OPENBLOX_CONFORMANCE_UNAVAILABLE_PROFILE / --unavailable-profile)"
+        )
+    name = ctx.token()
+    kube = ctx.kube
+    try:
+        kube.custom.create_namespaced_custom_object(
+            GROUP,
+            VERSION,
+            p.sandbox_namespace,
+            PLURAL,
+            sandbox_manifest(name, {"profile": profile}),
+        )
+    except ApiException as error:
+        raise CannotRun(
+            f"could not create a Sandbox with {profile}: {message_of(error)}"
+        ) from error
+    try:
+        condition, pods = _watch_sandbox(kube, p.sandbox_namespace, name, 60)
+    finally:
+        kube.custom.delete_namespaced_custom_object(
+            GROUP, VERSION, p.sandbox_namespace, PLURAL, name
+        )
+    reason, message = condition.get("reason"), str(condition.get("message", ""))[:200]
+    running = [x for x in pods if (x.get("status") or {}).get("phase") == "Running"]
+    text = f"profile {profile}: Ready {condition.get('status')} {reason}: {message}; " + _pods_text(
+        pods
+    )
+    if condition.get("status") == "True" or running:
+        return fail(f"it runs: {text}")
+    if reason in ("ProfileNotFound", "ProfileNotAllowed", "ProfileInvalid"):
+        raise CannotRun(f"{profile} cannot be used here for another reason: {text}")
+    if reason != "RuntimeUnavailable":
+        return fail(f"not refused as runtime-unavailable within 60s: {text}")
+    return ok(text)
+
+
+@check("CTL-009")
+def cannot_lengthen_life(ctx: Context) -> Verdict:
+    p = plane(ctx)
+    who = identity(ctx)
+    name = ctx.token()
+    spec = {"profile": ctx.profile, "maxAgeSeconds": 10**9, "idleTimeoutSeconds": 10**9}
+    try:
+        who.custom.create_namespaced_custom_object(
+            GROUP, VERSION, p.sandbox_namespace, PLURAL, sandbox_manifest(name, spec)
+        )
+    except ApiException as error:
+        return ok(f"refused at the door: {message_of(error)[:200]}")
+    try:
+        condition, pods = _watch_sandbox(ctx.kube, p.sandbox_namespace, name, 60)
+    finally:
+        ctx.kube.custom.delete_namespaced_custom_object(
+            GROUP, VERSION, p.sandbox_namespace, PLURAL, name
+        )
+    text = (
+        f"maxAgeSeconds and idleTimeoutSeconds 10^9: Ready {condition.get('status')} "
+        f"{condition.get('reason')}: {str(condition.get('message', ''))[:160]}; {_pods_text(pods)}"
+    )
+    if condition.get("status") == "True" or pods:
+        return fail(text)
+    return ok(text)
+
+
+@check("CTL-010")
+def cannot_forge_status(ctx: Context) -> Verdict:
+    who, p = identity(ctx), plane(ctx)
+    handle = ctx.sandbox()
+    forged = {"status": {"boundary": "kata", "podName": "elsewhere"}}
+    return judge(
+        [
+            attempt(
+                "patch sandboxes/status",
+                lambda: who.custom.patch_namespaced_custom_object_status(
+                    GROUP, VERSION, p.sandbox_namespace, PLURAL, handle.name, forged, dry_run=DRY
+                ),
+            ),
+            _status_through_main(who, p.sandbox_namespace, handle.name, forged),
+        ]
+    )
+
+
+def _status_through_main(
+    who: Kube, namespace: str, name: str, forged: dict[str, Any]
+) -> tuple[str, bool, str]:
+    what = "patch status through the main resource"
+    try:
+        stored = who.custom.patch_namespaced_custom_object(
+            GROUP, VERSION, namespace, PLURAL, name, forged, dry_run=DRY
+        )
+    except ApiException as error:
+        return what, True, message_of(error)[:200]
+    boundary = (stored.get("status") or {}).get("boundary")
+    if boundary == "kata":
+        return what, False, "the forged status was stored"
+    return what, True, f"accepted, status ignored (boundary stays {boundary})"

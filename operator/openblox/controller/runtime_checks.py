@@ -1,0 +1,81 @@
+"""Whether a profile's runtime can run here, and whether the node failed to start it.
+
+Fail closed: a RuntimeClass that does not exist, Kata without asserted NetworkPolicy
+enforcement, or a node with no runtime for the handler each give a reason, and nothing
+is started under another runtime.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any
+
+from openblox.controller.kube import Kube, is_not_found, path
+from openblox.controller.requeue import Requeue
+from openblox.controller.watched import Watched
+from openblox.models import Profile, parse_timestamp
+
+# A pod still Pending after this long has its events read for a runtime failure.
+PENDING_GRACE_SECONDS = 3.0
+# containerd's words for a RuntimeClass handler it has no runtime for.
+MISSING_HANDLER = "no runtime for"
+
+
+def runtime_problem(
+    kube: Kube, watched: Watched, profile: Profile, network_policy_enforced: bool
+) -> str | None:
+    name = profile.runtime_class_name
+    exists = watched.runtime_class_exists(name)
+    if exists is None:
+        try:
+            kube.get(path(group="node.k8s.io", plural="runtimeclasses", name=name))
+            watched.runtime_class_seen(name)
+            exists = True
+        except Exception as error:
+            if not is_not_found(error):
+                raise
+            watched.runtime_class_gone(name)
+            exists = False
+    if not exists:
+        return (
+            f'RuntimeClass "{profile.runtime_class_name}" does not exist in this '
+            "cluster; refusing to run the sandbox under any other runtime"
+        )
+    if profile.runtime_class_name == "kata" and not network_policy_enforced:
+        return (
+            "Kata profiles need NetworkPolicy enforcement (under Kata the policy is the "
+            "only network layer) and this cluster has not confirmed it "
+            "(OPENBLOX_NETWORK_POLICY_ENFORCED)"
+        )
+    return None
+
+
+def sandbox_creation_failure(
+    kube: Kube, requeue: Requeue, key: tuple[str, str], pod: Mapping[str, Any], now: datetime
+) -> str | None:
+    """The kubelet could not create the pod sandbox (for instance, no such handler); the
+    retries are keyed by the Sandbox `key`, not by its pod."""
+    status = pod.get("status") or {}
+    if status.get("phase") != "Pending":
+        requeue.settled(key)
+        return None
+    created = pod["metadata"].get("creationTimestamp")
+    age = (now - parse_timestamp(created)).total_seconds() if created else PENDING_GRACE_SECONDS
+    if age < PENDING_GRACE_SECONDS:
+        # No pod event may come if the node cannot make the pod's sandbox: look then.
+        requeue.after(key, PENDING_GRACE_SECONDS - age)
+        return None
+    events = kube.get(
+        path(plural="events", namespace=pod["metadata"]["namespace"]),
+        fieldSelector=f"involvedObject.uid={pod['metadata']['uid']},reason=FailedCreatePodSandBox",
+    )
+    for event in events.get("items") or []:
+        # Only a handler the node lacks is final; anything else (a shim that timed
+        # out on a loaded node) the kubelet retries, and the pod stays Pending.
+        message = event.get("message") or ""
+        if MISSING_HANDLER in message:
+            requeue.settled(key)
+            return f"the node could not start the pod's runtime: {message}"
+    requeue.after(key, PENDING_GRACE_SECONDS)
+    return None
