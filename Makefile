@@ -49,7 +49,7 @@ unit: venv
 	cd cluster/nri && go vet ./... && go test ./...
 
 cluster-tests: install
-	$(PYTEST) tests/cluster -q
+	$(PYTEST) tests/cluster -q --durations=25
 
 conformance: install
 	$(PYTEST) --pyargs openblox.conformance -q
