@@ -545,11 +545,11 @@ def test_a_namespace_being_deleted_is_not_an_error_to_retry() -> None:
 def test_a_pod_whose_node_stopped_answering_is_not_probed(monkeypatch: pytest.MonkeyPatch) -> None:
     """An exec into a pod on a node that stopped answering hangs until its timeout, and
     would hold the Sandbox's next reconcile (the eviction's) back with it."""
-    from openblox.controller import reconcile as reconcile_module
+    from openblox.controller import pod_boundaries
 
     probed: list[str] = []
     monkeypatch.setattr(
-        reconcile_module, "probe_boundary", lambda _kube, _ns, name, _kernel: probed.append(name)
+        pod_boundaries, "probe_boundary", lambda _kube, _ns, name, _kernel: probed.append(name)
     )
     kube, reconciler, watched, cache = _watched_operator()
     kube.objects["/api/v1/nodes/worker"] = {"status": {"nodeInfo": {"kernelVersion": "6.1.0"}}}
@@ -569,7 +569,7 @@ def test_a_pod_whose_node_stopped_answering_is_not_probed(monkeypatch: pytest.Mo
 def test_a_probed_pod_carries_its_boundary_so_the_next_leader_does_not_probe_it(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from openblox.controller import reconcile as reconcile_module
+    from openblox.controller import pod_boundaries
 
     probed: list[str] = []
 
@@ -577,7 +577,7 @@ def test_a_probed_pod_carries_its_boundary_so_the_next_leader_does_not_probe_it(
         probed.append(name)
         return "gvisor"
 
-    monkeypatch.setattr(reconcile_module, "probe_boundary", probe)
+    monkeypatch.setattr(pod_boundaries, "probe_boundary", probe)
     kube, reconciler, watched, cache = _watched_operator()
     kube.objects["/api/v1/nodes/worker"] = {"status": {"nodeInfo": {"kernelVersion": "6.1.0"}}}
     sandbox = _cached(cache)

@@ -104,6 +104,7 @@ def _pooled_operator() -> tuple[PodServer, Reconciler, Watched, Any]:
     _, reconciler, watched, cache = _watched_operator()
     reconciler._kube = server  # type: ignore[assignment]
     reconciler.pods._kube = server  # type: ignore[assignment]
+    reconciler.boundaries._kube = server  # type: ignore[assignment]
     store = PoolStore(server, reconciler._events)  # type: ignore[arg-type]
     store.apply({"data": {"warm": "profile: code-exec\nnamespaces: [team-a]\nsize: 2\n"}})
     reconciler.pods.claimer = PoolClaimer(

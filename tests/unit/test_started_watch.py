@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from openblox.builders.pod import pod_name
-from openblox.controller import reconcile
+from openblox.controller import pod_boundaries
 from openblox.controller.started_watch import STARTED_FIELD_PATH, started_pod
 from openblox.controller.watched import Watched
 from tests.unit.factories import SANDBOX_UID
@@ -74,7 +74,7 @@ def test_the_probe_runs_once_the_container_started_and_ready_waits_for_the_pod(
         probes.append(f"{namespace}/{pod}")
         return "gvisor"
 
-    monkeypatch.setattr(reconcile, "probe_boundary", probe)
+    monkeypatch.setattr(pod_boundaries, "probe_boundary", probe)
     kube, reconciler, watched, cache = _watched_operator()
     kube.objects["/api/v1/nodes/node-1"] = {"status": {"nodeInfo": {"kernelVersion": "6.1"}}}
     sandbox = _cached(cache)
@@ -108,7 +108,7 @@ def test_an_early_probe_that_fails_decides_nothing_and_the_ready_pod_is_probed_a
             raise answer
         return answer
 
-    monkeypatch.setattr(reconcile, "probe_boundary", probe)
+    monkeypatch.setattr(pod_boundaries, "probe_boundary", probe)
     kube, reconciler, watched, cache = _watched_operator()
     kube.objects["/api/v1/nodes/node-1"] = {"status": {"nodeInfo": {"kernelVersion": "6.1"}}}
     sandbox = _cached(cache)

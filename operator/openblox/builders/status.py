@@ -9,7 +9,8 @@ from typing import Any
 from openblox.builders.conditions import Observation, compute_conditions
 from openblox.denials import merge_recent
 from openblox.models import Sandbox, format_timestamp
-from openblox.models.profile import ExecLimits
+from openblox.models.profile import ExecLimits, Profile
+from openblox.names import ANNOTATION_PROFILE_DIGEST
 
 
 def build_status(
@@ -54,6 +55,16 @@ def build_status(
     if denials:
         status["denials"] = denials
     return status
+
+
+def profile_digest(pod: Mapping[str, Any] | None, profile: Profile | None) -> str | None:
+    """The digest the running pod was built from; a profile edit does not rewrite it, so
+    the status says what the pod is, not what the next pod would be."""
+    if pod is not None:
+        digest = (pod["metadata"].get("annotations") or {}).get(ANNOTATION_PROFILE_DIGEST)
+        if digest:
+            return str(digest)
+    return profile.digest if profile else None
 
 
 def status_patch(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any]:

@@ -30,18 +30,12 @@ from openblox.builders.conditions import (
     status_changed,
     unschedulable_runtime,
 )
-from openblox.builders.status import build_status, status_patch
+from openblox.builders.status import build_status, profile_digest, status_patch
 from openblox.controller import metrics, namespaces, runtime_checks
-from openblox.controller.boundary import probe_boundary
 from openblox.controller.election import NotLeader
 from openblox.controller.events import EventRecorder, record_denial, sandbox_ref
-from openblox.controller.kube import (
-    Kube,
-    is_conflict,
-    is_namespace_terminating,
-    is_not_found,
-    path,
-)
+from openblox.controller.kube import Kube, is_namespace_terminating, is_not_found, path
+from openblox.controller.pod_boundaries import PodBoundaries
 from openblox.controller.profile_store import ProfileStore
 from openblox.controller.requeue import Deadlines, Requeue
 from openblox.controller.sandbox_cache import SandboxCache
@@ -58,19 +52,11 @@ from openblox.models import (
     parse_sandbox,
 )
 from openblox.models.profile import Boundary, resolve_profile
-from openblox.names import (
-    ANNOTATION_BOUNDARY,
-    GROUP,
-    PLURAL,
-    VERSION,
-    Reason,
-)
+from openblox.names import GROUP, PLURAL, VERSION, Reason
 from openblox.timestamps import parse_optional_timestamp
 
 log = logging.getLogger(__name__)
 
-# An inconclusive boundary probe is tried again after this long.
-PROBE_RETRY_SECONDS = 5.0
 # A reconcile that failed (an API error, a timeout) is tried again, backing off from this.
 ERROR_RETRY_SECONDS = 2.0
 
@@ -111,9 +97,7 @@ class Reconciler:
         self.deadlines = deadlines if deadlines is not None else Deadlines()
         self._locks: dict[str, threading.Lock] = {}
         self._locks_guard = threading.Lock()
-        # Pod uid -> boundary seen inside it; a pod's kernel does not change while it lives.
-        self._boundaries: dict[str, Boundary] = {}
-        self._node_kernels: dict[str, str] = {}
+        self.boundaries = PodBoundaries(kube, self.watched, self.requeue)
         self._ready_seen: set[str] = set()
         self.pods = SandboxPods(kube, self.watched)
 
@@ -153,11 +137,11 @@ class Reconciler:
             self.deadlines.disarm((namespace, name))
 
     def pod_gone(self, uid: str) -> None:
-        self._boundaries.pop(uid, None)
+        self.boundaries.forget(uid)
 
     def boundary_of(self, pod_uid: str) -> Boundary | None:
         """What the boundary probe saw in this pod (None: not probed yet)."""
-        return self._boundaries.get(pod_uid)
+        return self.boundaries.of(pod_uid)
 
     def _lock_for(self, uid: str) -> threading.Lock:
         with self._locks_guard:
@@ -173,7 +157,7 @@ class Reconciler:
             observation,
             pod_name=pod["metadata"]["name"] if pod is not None else None,
             runtime_class_name=profile.runtime_class_name if profile else None,
-            profile_digest=_profile_digest(pod, profile),
+            profile_digest=profile_digest(pod, profile),
             exec_limits=profile.exec if profile else None,
             now=now,
             process_cap=profile.resources.processes if profile else None,
@@ -327,75 +311,9 @@ class Reconciler:
     def observed_boundary(
         self, key: tuple[str, str] | None, pod: Mapping[str, Any], state: PodState
     ) -> Boundary | None:
-        """The probed boundary of the pod; an inconclusive probe requeues the Sandbox `key`
-        (None, for a pool pod no Sandbox holds yet: its keeper looks again)."""
-        uid = pod["metadata"]["uid"]
-        # The probe needs a running container, not the kubelet's report of it: the
-        # `Started` Event comes up to a relist (a second) before the pod reads Ready.
-        early = not state.ready
-        if early and not self.watched.has_started(uid):
-            return None
-        recorded = (pod["metadata"].get("annotations") or {}).get(ANNOTATION_BOUNDARY)
-        if uid not in self._boundaries and recorded in ("gvisor", "kata"):
-            # A warm pod's probe ran before its hand-out, perhaps in an earlier operator;
-            # only the operator may write a sandbox pod, so the record is its own.
-            self._boundaries[uid] = recorded
-        if uid not in self._boundaries:
-            node = pod["spec"].get("nodeName")
-            try:
-                observed = probe_boundary(
-                    self._kube,
-                    pod["metadata"]["namespace"],
-                    pod["metadata"]["name"],
-                    self._node_kernel(node),
-                )
-            except Exception:
-                if not early:
-                    raise
-                observed = None
-            if observed is None:
-                if early:
-                    # Decides nothing; the pod's Ready brings the probe again.
-                    log.info("early boundary probe of %s undecided", pod["metadata"]["name"])
-                    return None
-                # Inconclusive: probed again shortly.
-                if key is not None:
-                    self.requeue.after(key, PROBE_RETRY_SECONDS)
-                return None
-            self._boundaries[uid] = observed
-            if key is not None and observed in ("gvisor", "kata"):
-                self._record_boundary(pod, observed)
-        return self._boundaries[uid]
-
-    def _record_boundary(self, pod: Mapping[str, Any], observed: Boundary) -> None:
-        """Write the probe's result on the pod, as the pool keeper does for a warm pod, so
-        a replica that takes the Lease later trusts it instead of probing every pod again
-        (a probe of a pod whose node has just frozen hangs until its timeout, and holds
-        that Sandbox's reconciles, its NodeLost report among them, back meanwhile)."""
-        metadata = pod["metadata"]
-        try:
-            annotated = self._kube.patch(
-                path(plural="pods", namespace=metadata["namespace"], name=metadata["name"]),
-                # The uid is a precondition: a pod made since under the same name (a cold
-                # pod's name is its Sandbox's) is not probed, so it gets no record.
-                {
-                    "metadata": {
-                        "uid": metadata["uid"],
-                        "annotations": {ANNOTATION_BOUNDARY: observed},
-                    }
-                },
-            )
-        except Exception as error:
-            if not (is_not_found(error) or is_conflict(error)):
-                raise
-            return
-        self.watched.pod_seen(annotated)
-
-    def _node_kernel(self, node: str) -> str:
-        if node not in self._node_kernels:
-            body = self._kube.get(path(plural="nodes", name=node))
-            self._node_kernels[node] = str(body["status"]["nodeInfo"]["kernelVersion"])
-        return self._node_kernels[node]
+        """The probed boundary of the pod (`PodBoundaries.observe`); the pool keeper asks
+        it too, for a warm pod."""
+        return self.boundaries.observe(key, pod, state)
 
     def _write_status(self, sandbox: Sandbox, status: dict[str, Any]) -> None:
         if not status_changed(sandbox.status, status):
@@ -426,12 +344,3 @@ class Reconciler:
         if ready and sandbox.uid not in self._ready_seen:
             self._ready_seen.add(sandbox.uid)
             metrics.CREATE_TO_READY.observe((now - sandbox.creation_timestamp).total_seconds())
-
-
-def _profile_digest(pod: Mapping[str, Any] | None, profile: Profile | None) -> str | None:
-    """The digest the running pod was built from; a profile edit does not rewrite it."""
-    if pod is not None:
-        digest = (pod["metadata"].get("annotations") or {}).get("openblox.sh/profile-digest")
-        if digest:
-            return str(digest)
-    return profile.digest if profile else None
