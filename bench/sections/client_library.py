@@ -38,7 +38,7 @@ from bench import env
 from bench.kube import delete_namespace, make_namespace
 from bench.results import Section
 from openblox.client import Client
-from openblox.transport import ERROR, STDOUT, exit_code_from_status
+from openblox.transport import STDOUT, ExecOutput
 
 TITLES = {"client-library": "Kubernetes client library: kubernetes vs lightkube (vs kr8s)"}
 
@@ -437,16 +437,13 @@ def _exec_paths(
 
     def own(argv: list[str]) -> tuple[int | None, bytes]:
         socket = client._cluster.open_exec(ns, pod, argv, stdin=False, timeout=30)
-        out, code = bytearray(), None
+        output = ExecOutput()
         try:
             for frame in socket.frames(time.monotonic() + 30):
-                if frame.channel == STDOUT:
-                    out += frame.data
-                elif frame.channel == ERROR:
-                    code = exit_code_from_status(frame.data)
+                output.feed(frame)
         finally:
             socket.close()
-        return code, bytes(out)
+        return output.exit_code, bytes(output.stdout)
 
     def supervised(argv: list[str]) -> tuple[int | None, bytes]:
         result = sandbox.exec(argv)

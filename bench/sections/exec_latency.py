@@ -25,7 +25,7 @@ from bench.kube import (
 )
 from bench.results import Section
 from openblox.client import Client
-from openblox.transport import STDOUT
+from openblox.transport import ExecOutput
 
 TITLES = {"exec": "Exec: client vs kubectl exec vs crictl exec vs docker exec; throughput"}
 COMMANDS = {"true": ["true"], "python": ["python3", "-c", "print(6*7)"]}
@@ -83,14 +83,13 @@ def methods(ctx: Any, section: Section) -> dict[str, tuple[str, Callable[[list[s
 
     def client_raw(argv: list[str]) -> bytes:
         socket = client._cluster.open_exec(ns_sbx, sandbox.pod, argv, stdin=False, timeout=30)
-        out = bytearray()
+        output = ExecOutput()
         try:
             for frame in socket.frames(time.monotonic() + 30):
-                if frame.channel == STDOUT:
-                    out += frame.data
+                output.feed(frame)
         finally:
             socket.close()
-        return bytes(out)
+        return bytes(output.stdout)
 
     found: dict[str, tuple[str, Callable[[list[str]], bytes]]] = {
         "client": ("openblox client sandbox.exec (gVisor)", client_call),

@@ -19,7 +19,7 @@ from bench import env
 from bench.kube import delete_namespace, make_namespace
 from bench.results import Section
 from openblox.client import Client
-from openblox.transport import ERROR, STDOUT, ExecSocket, Session, exit_code_from_status
+from openblox.transport import ExecOutput, ExecSocket, Session
 
 TITLES = {
     "preview": "Preview: a small GET through a warm preview link vs pods/exec; large GET MB/s"
@@ -98,18 +98,16 @@ def _exec_get(session: Session, namespace: str, pod: str, path: str) -> int:
         stdin=False,
         timeout=30,
     )
-    size, status = 0, b""
+    # The body is counted, not kept: it is what the preview path serves, megabytes of it.
+    output = ExecOutput(keep_stdout=0)
     try:
         for frame in socket.frames(time.monotonic() + 300):
-            if frame.channel == STDOUT:
-                size += len(frame.data)
-            elif frame.channel == ERROR:
-                status = frame.data
+            output.feed(frame)
     finally:
         socket.close()
-    if exit_code_from_status(status) != 0:
-        raise RuntimeError(f"exec GET failed: {status[:200]!r}")
-    return size
+    if output.exit_code != 0:
+        raise RuntimeError(f"exec GET failed: {output.status[:200]!r}")
+    return output.stdout_seen
 
 
 def run(ctx: Any, section: Section) -> None:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import ast
 import json
+from pathlib import Path
 
 import pytest
 
@@ -59,6 +61,70 @@ def test_the_websocket_url_follows_the_servers_scheme() -> None:
 )
 def test_the_exit_code_comes_from_the_final_status(status: dict[str, object], code: int) -> None:
     assert frames.exit_code_from_status(json.dumps(status).encode()) == code
+
+
+def _frames(*messages: tuple[int, bytes]) -> list[frames.Frame]:
+    return [frames.Frame(channel, data) for channel, data in messages]
+
+
+EXIT_42 = json.dumps(
+    {
+        "status": "Failure",
+        "reason": "NonZeroExitCode",
+        "details": {"causes": [{"reason": "ExitCode", "message": "42"}]},
+    }
+).encode()
+
+
+def test_exec_output_joins_each_stream_across_messages_as_they_interleave() -> None:
+    output = frames.ExecOutput()
+    passed_on = [
+        output.feed(frame)
+        for frame in _frames(
+            (frames.STDOUT, b"hel"),
+            (frames.STDERR, b"warn"),
+            (frames.STDOUT, b"lo\n"),
+            (frames.STDERR, b"ing\n"),
+            (frames.CLOSE, bytes([frames.STDIN])),
+        )
+    ]
+    assert passed_on == [b"hel", b"", b"lo\n", b"", b""]  # feed hands stdout on
+    assert (output.stdout, output.stderr) == (b"hello\n", b"warning\n")
+    assert (output.stdout_seen, output.stderr_seen, output.truncated) == (6, 8, False)
+
+
+def test_exec_output_takes_the_exit_code_from_the_error_channels_status() -> None:
+    output = frames.ExecOutput()
+    # The Status may come in more than one message: it is read to its end, like stdout.
+    for frame in _frames((frames.STDOUT, b"x"), (3, EXIT_42[:10]), (3, EXIT_42[10:])):
+        output.feed(frame)
+    assert output.status == EXIT_42
+    assert output.exit_code == 42
+    success = frames.ExecOutput()
+    success.feed(frames.Frame(frames.ERROR, b'{"status": "Success"}'))
+    assert success.exit_code == 0
+
+
+def test_exec_output_of_a_stream_closed_without_a_status_has_no_exit_code() -> None:
+    output = frames.ExecOutput()
+    for frame in _frames((frames.STDOUT, b"partial"), (frames.CLOSE, bytes([frames.STDIN]))):
+        output.feed(frame)
+    assert output.status == b""
+    assert output.exit_code is None
+    assert output.stdout == b"partial"
+
+
+def test_exec_output_keeps_at_most_its_bound_of_each_stream_and_counts_the_rest() -> None:
+    output = frames.ExecOutput(keep_stdout=4, keep_stderr=0)
+    for frame in _frames((frames.STDOUT, b"abc"), (frames.STDOUT, b"def"), (frames.STDERR, b"e")):
+        output.feed(frame)
+    assert (output.stdout, output.stderr) == (b"abcd", b"")
+    assert (output.stdout_seen, output.stderr_seen) == (6, 1)
+    assert output.truncated
+    # keep_stdout=0: a reader that passes stdout on still gets every byte from feed.
+    passing = frames.ExecOutput(keep_stdout=0)
+    assert passing.feed(frames.Frame(frames.STDOUT, b"body")) == b"body"
+    assert passing.stdout == b""
 
 
 def test_a_refused_upgrade_says_the_api_servers_message() -> None:
@@ -167,3 +233,33 @@ def test_headers_carry_the_token_and_the_content_type() -> None:
         "Content-Type": "application/merge-patch+json",
     }
     assert "Content-Type" not in rest.headers({}, None, "x")
+
+
+def _channel_tests(source: str) -> int:
+    """How many comparisons in `source` look at a frame's `.channel`."""
+    return sum(
+        1
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, ast.Compare)
+        and any(
+            isinstance(side, ast.Attribute) and side.attr == "channel"
+            for side in (node.left, *node.comparators)
+        )
+    )
+
+
+def test_only_exec_output_sorts_exec_frames_by_channel() -> None:
+    """One accumulator (`frames.ExecOutput`) reads every exec's channels: nothing else in
+    the package or the benchmarks sorts frames by channel itself."""
+    repository = Path(__file__).parents[2]
+    package = repository / "operator" / "openblox"
+    files = [*package.rglob("*.py"), *(repository / "bench").rglob("*.py")]
+    readers = [
+        str(path.relative_to(repository))
+        for path in sorted(files)
+        if path != package / "transport" / "frames.py"
+        and package / "guest" not in path.parents
+        and _channel_tests(path.read_text())
+    ]
+    assert readers == []
+    assert _channel_tests("if frame.channel == STDOUT:\n    pass\n") == 1

@@ -17,17 +17,7 @@ from openblox.client.errors import ExecTransportError, SandboxGone
 from openblox.client.launch import SUPERVISOR_ARGV
 from openblox.client.postmortem import denial_records
 from openblox.names import CONTAINER_NAME, Reason
-from openblox.transport import (
-    ERROR,
-    STDERR,
-    STDOUT,
-    ExecStreamError,
-    Gone,
-    NotFound,
-    Session,
-    exit_code_from_status,
-    path,
-)
+from openblox.transport import ExecOutput, ExecStreamError, Gone, NotFound, Session, path
 from openblox.transport.aio_api import AsyncApi
 from openblox.transport.aio_exec import AsyncExecSocket
 
@@ -134,23 +124,17 @@ class AsyncCluster:
         socket = await self.open_exec(
             namespace, pod, [*SUPERVISOR_ARGV, *args], stdin=False, timeout=timeout
         )
-        stdout, stderr, status = bytearray(), bytearray(), b""
+        output = ExecOutput()
         try:
             async for frame in socket.frames(time.monotonic() + timeout):
-                if frame.channel == STDOUT:
-                    stdout += frame.data
-                elif frame.channel == STDERR:
-                    stderr += frame.data
-                elif frame.channel == ERROR:
-                    status = frame.data
+                output.feed(frame)
         except TimeoutError as error:
             raise ExecTransportError(f"{args[0]} did not answer within {timeout:.0f}s") from error
         except ExecStreamError as error:
             raise ExecTransportError(str(error), error.status_code) from error
         finally:
             await socket.close()
-        code = exit_code_from_status(status) if status else None
-        failure = control_failure(args[0], code, stderr)
+        failure = control_failure(args[0], output.exit_code, output.stderr)
         if failure is not None:
             raise failure
-        return bytes(stdout)
+        return bytes(output.stdout)

@@ -23,7 +23,7 @@ from openblox.client.supervised import (
     _supervisor_missing,
 )
 from openblox.denials import ExecOutcome
-from openblox.transport import ERROR, STDERR, STDOUT, ExecStreamError
+from openblox.transport import ExecOutput, ExecStreamError
 from openblox.transport.aio_exec import AsyncExecSocket
 
 # The twins of `supervised.ResultMaker` and `supervised.BrokenHandler`, as coroutines.
@@ -90,19 +90,16 @@ class _AsyncSupervisedRun:
     async def chunks(self, keep: bool = True) -> AsyncIterator[OutputChunk]:
         self._decoder.keep = keep
         while True:
-            diagnostics = bytearray()
-            status = b""
+            # Stdout carries the supervisor's frames, decoded as they come (not kept
+            # twice); stderr is what the exec said outside them, for the post-mortem.
+            output = ExecOutput(keep_stdout=0)
             try:
                 async for frame in self._socket.frames(
                     self._started + self._timeout + EXEC_GRACE_SECONDS
                 ):
-                    if frame.channel == STDOUT:
-                        for chunk in self._decoder.feed(frame.data):
+                    if stdout := output.feed(frame):
+                        for chunk in self._decoder.feed(stdout):
                             yield chunk
-                    elif frame.channel == STDERR:
-                        diagnostics += frame.data
-                    elif frame.channel == ERROR:
-                        status = frame.data
             except TimeoutError:
                 # The client's own deadline: the supervisor never reported.
                 await self._finish(137, timed_out=True, truncated=False, signal=None)
@@ -112,13 +109,17 @@ class _AsyncSupervisedRun:
             finally:
                 await self.close()
             verdict = self._decoder.verdict
-            if verdict is None and self._fallback and _supervisor_missing(status, self._decoder):
+            if (
+                verdict is None
+                and self._fallback
+                and _supervisor_missing(output.status, self._decoder)
+            ):
                 self._socket, self._fallback = await self._fallback(), None
                 self._decoder = _FrameDecoder(self._cap, keep=keep)
                 self._send_stdin()
                 continue
             if verdict is None:
-                await self._on_broken(status, diagnostics, self._started_at)
+                await self._on_broken(output.status, output.stderr, self._started_at)
             break
         await self._finish(
             int(verdict["exit_code"]),

@@ -13,7 +13,7 @@ from typing import Any, NoReturn
 from openblox.client.errors import ExecTransportError
 from openblox.client.results import ExecResult
 from openblox.denials import ExecOutcome
-from openblox.transport import ERROR, STDERR, STDOUT, ExecSocket, ExecStreamError
+from openblox.transport import ExecOutput, ExecSocket, ExecStreamError
 
 # What to make of an outcome (classify its denials), given the seconds it took.
 ResultMaker = Callable[[ExecOutcome, float], ExecResult]
@@ -86,18 +86,15 @@ class _SupervisedRun:
     def chunks(self, keep: bool = True) -> Iterator[OutputChunk]:
         self._decoder.keep = keep
         while True:
-            diagnostics = bytearray()
-            status = b""
+            # Stdout carries the supervisor's frames, decoded as they come (not kept
+            # twice); stderr is what the exec said outside them, for the post-mortem.
+            output = ExecOutput(keep_stdout=0)
             try:
                 for frame in self._socket.frames(
                     self._started + self._timeout + EXEC_GRACE_SECONDS
                 ):
-                    if frame.channel == STDOUT:
-                        yield from self._decoder.feed(frame.data)
-                    elif frame.channel == STDERR:
-                        diagnostics += frame.data
-                    elif frame.channel == ERROR:
-                        status = frame.data
+                    if stdout := output.feed(frame):
+                        yield from self._decoder.feed(stdout)
             except TimeoutError:
                 # The client's own deadline: the supervisor never reported.
                 self._finish(137, timed_out=True, truncated=False, signal=None)
@@ -107,13 +104,17 @@ class _SupervisedRun:
             finally:
                 self._socket.close()
             verdict = self._decoder.verdict
-            if verdict is None and self._fallback and _supervisor_missing(status, self._decoder):
+            if (
+                verdict is None
+                and self._fallback
+                and _supervisor_missing(output.status, self._decoder)
+            ):
                 self._socket, self._fallback = self._fallback(), None
                 self._decoder = _FrameDecoder(self._cap, keep=keep)
                 self._send_stdin()
                 continue
             if verdict is None:
-                self._on_broken(status, diagnostics, self._started_at)
+                self._on_broken(output.status, output.stderr, self._started_at)
             break
         self._finish(
             int(verdict["exit_code"]),

@@ -21,15 +21,7 @@ from kubernetes.client.exceptions import ApiException
 
 from openblox.conformance.backend import ExecOutcome
 from openblox.kubernetes_configuration import kubernetes_configuration
-from openblox.transport import (
-    ERROR,
-    STDERR,
-    STDOUT,
-    ExecSocket,
-    ExecStreamError,
-    Session,
-    exit_code_from_status,
-)
+from openblox.transport import ExecOutput, ExecSocket, ExecStreamError, Session
 from openblox.transport.discovery import standard_credentials_exist
 
 # The embedded cluster's kubeconfig: used when nothing else is configured.
@@ -250,35 +242,27 @@ class Kube:
             )
         if stdin is not None:
             threading.Thread(target=_send, args=(socket, stdin), daemon=True).start()
-        out, err, status = bytearray(), bytearray(), b""
-        received = 0
+        output = ExecOutput(keep_stdout=output_cap, keep_stderr=output_cap)
         timed_out = False
         error_text: str | None = None
         try:
             for frame in socket.frames(started + timeout):
-                if frame.channel in (STDOUT, STDERR):
-                    received += len(frame.data)
-                    target = out if frame.channel == STDOUT else err
-                    room = output_cap - len(target)
-                    if room > 0:
-                        target += frame.data[:room]
-                elif frame.channel == ERROR:
-                    status = frame.data
+                output.feed(frame)
         except TimeoutError:
             timed_out = True
         except ExecStreamError as error:
             error_text = str(error)
         finally:
             socket.close()
-        code = exit_code_from_status(status) if status else None
-        if code is None and not timed_out and error_text is None and status:
-            error_text = f"exec ended with {status.decode('utf-8', 'replace')[:300]}"
+        code = output.exit_code
+        if code is None and not timed_out and error_text is None and output.status:
+            error_text = f"exec ended with {output.status.decode('utf-8', 'replace')[:300]}"
         return ExecOutcome(
-            bytes(out),
-            bytes(err),
+            bytes(output.stdout),
+            bytes(output.stderr),
             code,
             timed_out=timed_out,
-            truncated=received > len(out) + len(err),
+            truncated=output.truncated,
             duration=time.monotonic() - started,
             error=error_text,
         )

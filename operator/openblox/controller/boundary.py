@@ -9,7 +9,7 @@ from openblox.controller.kube import Kube
 from openblox.models.boundary import classify_boundary
 from openblox.models.profile import Boundary
 from openblox.names import CONTAINER_NAME
-from openblox.transport import STDOUT, ExecSocket
+from openblox.transport import ExecOutput, ExecSocket
 
 log = logging.getLogger(__name__)
 
@@ -62,11 +62,10 @@ def _exec(kube: Kube, namespace: str, pod: str) -> str:
         stderr=False,
         timeout=_PROBE_SECONDS,
     )
-    output = bytearray()
+    output = ExecOutput()
     try:
         for frame in socket.frames(time.monotonic() + _PROBE_SECONDS):
-            if frame.channel == STDOUT:
-                output += frame.data
+            output.feed(frame)
     finally:
         socket.close()
-    return output.decode("utf-8", "replace")
+    return output.stdout.decode("utf-8", "replace")

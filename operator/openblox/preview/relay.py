@@ -17,7 +17,7 @@ from collections import deque
 from collections.abc import Callable
 
 from openblox.guest import RELAY_AGENT, source
-from openblox.transport import ERROR, STDERR, STDOUT, ExecSocket, ExecStreamError
+from openblox.transport import ExecOutput, ExecSocket, ExecStreamError
 
 # Run as `python3 -I -S -c AGENT PORT` (guest/relay_agent.py). Exit 3: nothing listens on
 # the port.
@@ -50,8 +50,9 @@ class Tunnel(io.RawIOBase):
         self._buffered = 0
         self._cond = threading.Condition()
         self._eof = False
-        self._stderr = bytearray()
-        self._status = b""
+        # Stdout goes to the caller through `_chunks`; what the relay said on stderr and
+        # the exec's Status are kept for `diagnostics` (a few KiB of stderr tell why).
+        self._output = ExecOutput(keep_stdout=0, keep_stderr=4096)
         self._broken = ""
         self.received = 0
         self.read_timeout = 300.0
@@ -61,18 +62,15 @@ class Tunnel(io.RawIOBase):
     def _pump(self) -> None:
         try:
             for frame in self._socket.frames(time.monotonic() + MAX_TUNNEL_SECONDS):
-                if frame.channel == STDOUT and frame.data:
+                data = self._output.feed(frame)
+                if data:
                     with self._cond:
                         while self._buffered >= BUFFER_BYTES and not self.closed:
                             self._cond.wait(1.0)
-                        self._chunks.append(frame.data)
-                        self._buffered += len(frame.data)
-                        self.received += len(frame.data)
+                        self._chunks.append(data)
+                        self._buffered += len(data)
+                        self.received += len(data)
                         self._cond.notify_all()
-                elif frame.channel == STDERR:
-                    self._stderr += frame.data[:4096]
-                elif frame.channel == ERROR:
-                    self._status = frame.data
         except (ExecStreamError, TimeoutError) as error:
             self._broken = str(error) or type(error).__name__
         finally:
@@ -87,12 +85,12 @@ class Tunnel(io.RawIOBase):
 
     def diagnostics(self) -> str:
         """What the relay said on stderr, else how its exec ended (status or broken stream)."""
-        said = self._stderr.decode("utf-8", "replace").strip()
+        said = self._output.stderr.decode("utf-8", "replace").strip()
         if said:
             return said
         if self._broken:
             return f"the exec stream broke: {self._broken}"
-        return self._status.decode("utf-8", "replace").strip()
+        return self._output.status.decode("utf-8", "replace").strip()
 
     def readable(self) -> bool:
         return True

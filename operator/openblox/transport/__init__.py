@@ -44,7 +44,15 @@ from openblox.transport.errors import (
     status_of,
 )
 from openblox.transport.exec_socket import ExecSocket
-from openblox.transport.frames import ERROR, STDERR, STDIN, STDOUT, Frame, exit_code_from_status
+from openblox.transport.frames import (
+    ERROR,
+    STDERR,
+    STDIN,
+    STDOUT,
+    ExecOutput,
+    Frame,
+    exit_code_from_status,
+)
 from openblox.transport.rest import MERGE_PATCH, STRATEGIC_MERGE_PATCH, path
 from openblox.transport.session import Session
 
@@ -62,6 +70,7 @@ __all__ = [
     "Conflict",
     "Credentials",
     "CredentialsError",
+    "ExecOutput",
     "ExecSocket",
     "ExecStreamError",
     "Forbidden",

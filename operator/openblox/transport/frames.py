@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from urllib.parse import quote, urlencode
 
 PROTOCOL = "v5.channel.k8s.io"
@@ -86,6 +86,55 @@ def exit_code_from_status(data: bytes) -> int | None:
         if cause.get("reason") == "ExitCode":
             return int(cause["message"])
     return None
+
+
+@dataclass
+class ExecOutput:
+    """What one exec's frames add up to: its stdout, its stderr and its final Status.
+
+    `feed` every frame as it arrives. `keep_stdout` and `keep_stderr` bound what is kept of
+    each (None: all of it; 0: none, for a reader that passes stdout on, as `feed` returns
+    it); the bytes seen are counted either way. The Status, on the error channel, may come
+    in more than one message, as stdout may (client-go reads that stream to its end too).
+    """
+
+    keep_stdout: int | None = None
+    keep_stderr: int | None = None
+    stdout: bytearray = field(default_factory=bytearray)
+    stderr: bytearray = field(default_factory=bytearray)
+    status: bytes = b""
+    stdout_seen: int = 0
+    stderr_seen: int = 0
+
+    def feed(self, frame: Frame) -> bytes:
+        """Take one frame; what it carried on stdout (b"" for any other channel)."""
+        if frame.channel == STDOUT:
+            self.stdout_seen += len(frame.data)
+            _keep(self.stdout, frame.data, self.keep_stdout)
+            return frame.data
+        if frame.channel == STDERR:
+            self.stderr_seen += len(frame.data)
+            _keep(self.stderr, frame.data, self.keep_stderr)
+        elif frame.channel == ERROR:
+            self.status += frame.data
+        return b""
+
+    @property
+    def exit_code(self) -> int | None:
+        """The exit code the Status gives; None without a Status (the stream closed before
+        one came) or with one that is not an exit status."""
+        return exit_code_from_status(self.status) if self.status else None
+
+    @property
+    def truncated(self) -> bool:
+        """Whether more output came than was kept."""
+        return self.stdout_seen + self.stderr_seen > len(self.stdout) + len(self.stderr)
+
+
+def _keep(target: bytearray, data: bytes, limit: int | None) -> None:
+    room = len(data) if limit is None else limit - len(target)
+    if room > 0:
+        target += data[:room]
 
 
 def refusal_message(status_code: int, body: bytes) -> str:

@@ -18,14 +18,7 @@ from openblox.client import OpenbloxClientError, Sandbox
 from openblox.conformance.backend import Capability, ExecOutcome, Handle
 from openblox.conformance.backends.operator import OperatorBackend
 from openblox.names import CONTAINER_NAME
-from openblox.transport import (
-    ERROR,
-    STDERR,
-    STDOUT,
-    ExecSocket,
-    ExecStreamError,
-    exit_code_from_status,
-)
+from openblox.transport import ExecOutput, ExecSocket, ExecStreamError
 
 # What a property may make a command print is bounded (RES-005 floods 8 MiB); past this,
 # the suite's own memory is at stake, so the rest is read and dropped.
@@ -63,8 +56,7 @@ class RawExecBackend(OperatorBackend):
         timeout: float,
     ) -> ExecOutcome:
         started = time.monotonic()
-        out, err = bytearray(), bytearray()
-        status: bytes | None = None
+        output = ExecOutput(keep_stdout=KEEP_BYTES, keep_stderr=KEEP_BYTES)
         try:
             stream = ExecSocket(
                 self.kube.session,
@@ -82,21 +74,15 @@ class RawExecBackend(OperatorBackend):
                 stream.send_stdin(stdin)
                 stream.close_stdin()
             for frame in stream.frames(started + timeout):
-                if frame.channel == STDOUT and len(out) < KEEP_BYTES:
-                    out += frame.data
-                elif frame.channel == STDERR and len(err) < KEEP_BYTES:
-                    err += frame.data
-                elif frame.channel == ERROR:
-                    status = frame.data
+                output.feed(frame)
         except TimeoutError:
             # Closing the stream does not stop the command: nothing in the pod does.
             return ExecOutcome(
-                bytes(out), bytes(err), None, timed_out=True, duration=time.monotonic() - started
+                *_kept(output), None, timed_out=True, duration=time.monotonic() - started
             )
         except (OpenbloxClientError, ExecStreamError) as error:
             return ExecOutcome(
-                bytes(out),
-                bytes(err),
+                *_kept(output),
                 None,
                 duration=time.monotonic() - started,
                 error=f"{type(error).__name__}: {error}",
@@ -104,8 +90,10 @@ class RawExecBackend(OperatorBackend):
         finally:
             stream.close()
         duration = time.monotonic() - started
-        if status is None:
-            return ExecOutcome(
-                bytes(out), bytes(err), None, duration=duration, error="no exit status"
-            )
-        return ExecOutcome(bytes(out), bytes(err), exit_code_from_status(status), duration=duration)
+        if not output.status:
+            return ExecOutcome(*_kept(output), None, duration=duration, error="no exit status")
+        return ExecOutcome(*_kept(output), output.exit_code, duration=duration)
+
+
+def _kept(output: ExecOutput) -> tuple[bytes, bytes]:
+    return bytes(output.stdout), bytes(output.stderr)
