@@ -38,7 +38,7 @@ from bench import env
 from bench.kube import delete_namespace, make_namespace
 from bench.results import Section
 from openblox.client import Client
-from openblox.transport import STDOUT, ExecOutput
+from openblox.transport import STDOUT
 
 TITLES = {"client-library": "Kubernetes client library: kubernetes vs lightkube (vs kr8s)"}
 
@@ -437,12 +437,7 @@ def _exec_paths(
 
     def own(argv: list[str]) -> tuple[int | None, bytes]:
         socket = client._cluster.open_exec(ns, pod, argv, stdin=False, timeout=30)
-        output = ExecOutput()
-        try:
-            for frame in socket.frames(time.monotonic() + 30):
-                output.feed(frame)
-        finally:
-            socket.close()
+        output = socket.read_to_end(time.monotonic() + 30)
         return output.exit_code, bytes(output.stdout)
 
     def supervised(argv: list[str]) -> tuple[int | None, bytes]:

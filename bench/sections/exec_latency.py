@@ -25,7 +25,6 @@ from bench.kube import (
 )
 from bench.results import Section
 from openblox.client import Client
-from openblox.transport import ExecOutput
 
 TITLES = {"exec": "Exec: client vs kubectl exec vs crictl exec vs docker exec; throughput"}
 COMMANDS = {"true": ["true"], "python": ["python3", "-c", "print(6*7)"]}
@@ -83,13 +82,7 @@ def methods(ctx: Any, section: Section) -> dict[str, tuple[str, Callable[[list[s
 
     def client_raw(argv: list[str]) -> bytes:
         socket = client._cluster.open_exec(ns_sbx, sandbox.pod, argv, stdin=False, timeout=30)
-        output = ExecOutput()
-        try:
-            for frame in socket.frames(time.monotonic() + 30):
-                output.feed(frame)
-        finally:
-            socket.close()
-        return bytes(output.stdout)
+        return bytes(socket.read_to_end(time.monotonic() + 30).stdout)
 
     found: dict[str, tuple[str, Callable[[list[str]], bytes]]] = {
         "client": ("openblox client sandbox.exec (gVisor)", client_call),

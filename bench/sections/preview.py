@@ -99,12 +99,7 @@ def _exec_get(session: Session, namespace: str, pod: str, path: str) -> int:
         timeout=30,
     )
     # The body is counted, not kept: it is what the preview path serves, megabytes of it.
-    output = ExecOutput(keep_stdout=0)
-    try:
-        for frame in socket.frames(time.monotonic() + 300):
-            output.feed(frame)
-    finally:
-        socket.close()
+    output = socket.read_to_end(time.monotonic() + 300, ExecOutput(keep_stdout=0))
     if output.exit_code != 0:
         raise RuntimeError(f"exec GET failed: {output.status[:200]!r}")
     return output.stdout_seen

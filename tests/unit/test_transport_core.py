@@ -89,7 +89,7 @@ def test_exec_output_joins_each_stream_across_messages_as_they_interleave() -> N
         )
     ]
     assert passed_on == [b"hel", b"", b"lo\n", b"", b""]  # feed hands stdout on
-    assert (output.stdout, output.stderr) == (b"hello\n", b"warning\n")
+    assert (bytes(output.stdout), bytes(output.stderr)) == (b"hello\n", b"warning\n")
     assert (output.stdout_seen, output.stderr_seen, output.truncated) == (6, 8, False)
 
 
@@ -118,7 +118,7 @@ def test_exec_output_keeps_at_most_its_bound_of_each_stream_and_counts_the_rest(
     output = frames.ExecOutput(keep_stdout=4, keep_stderr=0)
     for frame in _frames((frames.STDOUT, b"abc"), (frames.STDOUT, b"def"), (frames.STDERR, b"e")):
         output.feed(frame)
-    assert (output.stdout, output.stderr) == (b"abcd", b"")
+    assert (bytes(output.stdout), bytes(output.stderr)) == (b"abcd", b"")
     assert (output.stdout_seen, output.stderr_seen) == (6, 1)
     assert output.truncated
     # keep_stdout=0: a reader that passes stdout on still gets every byte from feed.

@@ -17,7 +17,7 @@ from openblox.client.errors import ExecTransportError, SandboxGone
 from openblox.client.launch import SUPERVISOR_ARGV
 from openblox.client.postmortem import denial_records
 from openblox.names import CONTAINER_NAME, Reason
-from openblox.transport import ExecOutput, ExecStreamError, Gone, NotFound, Session, path
+from openblox.transport import ExecStreamError, Gone, NotFound, Session, path
 from openblox.transport.aio_api import AsyncApi
 from openblox.transport.aio_exec import AsyncExecSocket
 
@@ -124,16 +124,12 @@ class AsyncCluster:
         socket = await self.open_exec(
             namespace, pod, [*SUPERVISOR_ARGV, *args], stdin=False, timeout=timeout
         )
-        output = ExecOutput()
         try:
-            async for frame in socket.frames(time.monotonic() + timeout):
-                output.feed(frame)
+            output = await socket.read_to_end(time.monotonic() + timeout)
         except TimeoutError as error:
             raise ExecTransportError(f"{args[0]} did not answer within {timeout:.0f}s") from error
         except ExecStreamError as error:
             raise ExecTransportError(str(error), error.status_code) from error
-        finally:
-            await socket.close()
         failure = control_failure(args[0], output.exit_code, output.stderr)
         if failure is not None:
             raise failure

@@ -14,7 +14,7 @@ from openblox.client.cluster import Cluster
 from openblox.client.errors import ExecTransportError, OpenbloxClientError, ProcessNotFound
 from openblox.client.launch import SUPERVISOR_ARGV
 from openblox.client.processes import LOG_BYTES, check_process_name
-from openblox.transport import ExecOutput, ExecStreamError
+from openblox.transport import ExecStreamError
 
 # The supervisor's exit code for "no process by that name".
 NO_SUCH_PROCESS = 3
@@ -49,16 +49,12 @@ def control(
     socket = cluster.open_exec(
         namespace, pod, [*SUPERVISOR_ARGV, *args], stdin=False, timeout=timeout
     )
-    output = ExecOutput()
     try:
-        for frame in socket.frames(time.monotonic() + timeout):
-            output.feed(frame)
+        output = socket.read_to_end(time.monotonic() + timeout)
     except TimeoutError as error:
         raise ExecTransportError(f"{args[0]} did not answer within {timeout:.0f}s") from error
     except ExecStreamError as error:
         raise ExecTransportError(str(error), error.status_code) from error
-    finally:
-        socket.close()
     failure = control_failure(args[0], output.exit_code, output.stderr)
     if failure is not None:
         raise failure

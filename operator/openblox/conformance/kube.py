@@ -246,14 +246,11 @@ class Kube:
         timed_out = False
         error_text: str | None = None
         try:
-            for frame in socket.frames(started + timeout):
-                output.feed(frame)
+            socket.read_to_end(started + timeout, output)
         except TimeoutError:
             timed_out = True
         except ExecStreamError as error:
             error_text = str(error)
-        finally:
-            socket.close()
         code = output.exit_code
         if code is None and not timed_out and error_text is None and output.status:
             error_text = f"exec ended with {output.status.decode('utf-8', 'replace')[:300]}"

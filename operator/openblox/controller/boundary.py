@@ -9,7 +9,7 @@ from openblox.controller.kube import Kube
 from openblox.models.boundary import classify_boundary
 from openblox.models.profile import Boundary
 from openblox.names import CONTAINER_NAME
-from openblox.transport import ExecOutput, ExecSocket
+from openblox.transport import ExecSocket
 
 log = logging.getLogger(__name__)
 
@@ -62,10 +62,5 @@ def _exec(kube: Kube, namespace: str, pod: str) -> str:
         stderr=False,
         timeout=_PROBE_SECONDS,
     )
-    output = ExecOutput()
-    try:
-        for frame in socket.frames(time.monotonic() + _PROBE_SECONDS):
-            output.feed(frame)
-    finally:
-        socket.close()
+    output = socket.read_to_end(time.monotonic() + _PROBE_SECONDS)
     return output.stdout.decode("utf-8", "replace")

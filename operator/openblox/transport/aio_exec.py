@@ -19,6 +19,7 @@ from openblox.transport.aio_api import AsyncApi
 from openblox.transport.errors import ExecStreamError
 from openblox.transport.frames import (
     PROTOCOL,
+    ExecOutput,
     Frame,
     close_message,
     decode_frame,
@@ -111,6 +112,16 @@ class AsyncExecSocket:
                 frame = decode_frame(message.data)
                 if frame is not None:
                     yield frame
+
+    async def read_to_end(self, deadline: float, output: ExecOutput | None = None) -> ExecOutput:
+        """`ExecSocket.read_to_end`'s twin: every frame into `output`, then closed."""
+        output = output if output is not None else ExecOutput()
+        try:
+            async for frame in self.frames(deadline):
+                output.feed(frame)
+        finally:
+            await self.close()
+        return output
 
     async def close(self) -> None:
         with contextlib.suppress(OSError, aiohttp.ClientError, TimeoutError):

@@ -15,6 +15,7 @@ import websocket
 from openblox.transport.errors import ExecStreamError
 from openblox.transport.frames import (
     PROTOCOL,
+    ExecOutput,
     Frame,
     close_message,
     decode_frame,
@@ -103,6 +104,18 @@ class ExecSocket:
             frame = decode_frame(payload)
             if frame is not None:
                 yield frame
+
+    def read_to_end(self, deadline: float, output: ExecOutput | None = None) -> ExecOutput:
+        """Every frame until the stream ends, fed to `output` (a new one if None); then the
+        socket is closed. It raises as `frames` does, and what arrived until then stays in
+        the caller's `output`, for one that reports partial output."""
+        output = output if output is not None else ExecOutput()
+        try:
+            for frame in self.frames(deadline):
+                output.feed(frame)
+        finally:
+            self.close()
+        return output
 
     def close(self) -> None:
         with contextlib.suppress(OSError, websocket.WebSocketException):

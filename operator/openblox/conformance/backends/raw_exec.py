@@ -73,8 +73,7 @@ class RawExecBackend(OperatorBackend):
             if stdin is not None:
                 stream.send_stdin(stdin)
                 stream.close_stdin()
-            for frame in stream.frames(started + timeout):
-                output.feed(frame)
+            stream.read_to_end(started + timeout, output)
         except TimeoutError:
             # Closing the stream does not stop the command: nothing in the pod does.
             return ExecOutcome(

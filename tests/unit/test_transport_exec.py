@@ -1,0 +1,70 @@
+"""`read_to_end`, sync and asyncio: every frame into one ExecOutput, and the socket closed
+however the stream ended (the frames themselves are the transport's; faked here)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Iterator
+
+import pytest
+
+from openblox.transport import STDERR, STDOUT, ExecOutput, ExecSocket, Frame
+from openblox.transport.aio_exec import AsyncExecSocket
+
+FRAMES = [Frame(STDOUT, b"out"), Frame(STDERR, b"err"), Frame(3, b'{"status": "Success"}')]
+
+
+class FakeSocket(ExecSocket):
+    def __init__(self, frames: list[Frame], then: Exception | None = None) -> None:
+        self._frames, self._then, self.closed = frames, then, False
+
+    def frames(self, deadline: float) -> Iterator[Frame]:
+        yield from self._frames
+        if self._then is not None:
+            raise self._then
+
+    def close(self) -> None:
+        self.closed = True
+
+
+class FakeAsyncSocket(AsyncExecSocket):
+    def __init__(self, frames: list[Frame], then: Exception | None = None) -> None:
+        self._frames, self._then, self.closed = frames, then, False
+
+    async def frames(self, deadline: float) -> AsyncIterator[Frame]:
+        for frame in self._frames:
+            yield frame
+        if self._then is not None:
+            raise self._then
+
+    async def close(self) -> None:
+        self.closed = True
+
+
+def test_read_to_end_gathers_every_frame_and_closes() -> None:
+    socket = FakeSocket(FRAMES)
+    output = socket.read_to_end(0.0)
+    assert (bytes(output.stdout), bytes(output.stderr), output.exit_code) == (b"out", b"err", 0)
+    assert socket.closed
+
+
+def test_read_to_end_keeps_what_came_before_the_stream_broke_and_still_closes() -> None:
+    socket = FakeSocket(FRAMES[:1], then=TimeoutError("exec stream passed its deadline"))
+    output = ExecOutput()
+    with pytest.raises(TimeoutError):
+        socket.read_to_end(0.0, output)
+    assert (bytes(output.stdout), output.exit_code) == (b"out", None)
+    assert socket.closed
+
+
+def test_the_async_read_to_end_is_the_same() -> None:
+    socket = FakeAsyncSocket(FRAMES)
+    output = asyncio.run(socket.read_to_end(0.0))
+    assert (bytes(output.stdout), bytes(output.stderr), output.exit_code) == (b"out", b"err", 0)
+    assert socket.closed
+    broken = FakeAsyncSocket(FRAMES[:1], then=TimeoutError())
+    partial = ExecOutput()
+    with pytest.raises(TimeoutError):
+        asyncio.run(broken.read_to_end(0.0, partial))
+    assert bytes(partial.stdout) == b"out"
+    assert broken.closed
