@@ -7,11 +7,12 @@ import json
 
 import pytest
 
-from openblox.client.background import control_failure
+from openblox.client.background import control_errors, control_failure, control_output
 from openblox.client.errors import ExecTransportError, ProcessNotFound
 from openblox.client.postmortem import denial_records
 from openblox.client.preview import PreviewUnavailable, expiry, key_ring, signed_url
 from openblox.preview.tokens import Grant, verify
+from openblox.transport import ERROR, STDERR, STDOUT, ExecOutput, ExecStreamError, Frame
 
 KEY = b"k" * 32
 
@@ -36,6 +37,36 @@ def test_control_failures_are_typed_from_the_exit_code() -> None:
     assert isinstance(broken, ExecTransportError)
     assert str(broken) == "start failed (exit 1): boom"
     assert isinstance(control_failure("ps", None, b""), ExecTransportError)
+
+
+def _control_output(*frames: Frame) -> ExecOutput:
+    output = ExecOutput()
+    for frame in frames:
+        output.feed(frame)
+    return output
+
+
+def test_a_control_modes_output_is_its_stdout_or_the_error_its_exit_code_means() -> None:
+    done = _control_output(Frame(STDOUT, b"[]"), Frame(ERROR, b'{"status": "Success"}'))
+    assert control_output("ps", done) == b"[]"
+    exit_3 = (
+        b'{"status": "Failure", "details": {"causes": [{"reason": "ExitCode", "message": "3"}]}}'
+    )
+    missing = _control_output(Frame(STDERR, b"no process named web"), Frame(ERROR, exit_3))
+    with pytest.raises(ProcessNotFound, match="no process named web"):
+        control_output("stop", missing)
+    with pytest.raises(ExecTransportError, match="exit None"):
+        control_output("ps", _control_output(Frame(STDOUT, b"cut off")))
+
+
+def test_a_control_modes_broken_stream_is_the_clients_error() -> None:
+    timed_out = pytest.raises(ExecTransportError, match="ps did not answer within 30s")
+    with timed_out, control_errors("ps", 30.0):
+        raise TimeoutError
+    broke = pytest.raises(ExecTransportError, match="exec stream broke")
+    with broke as raised, control_errors("ps", 30.0):
+        raise ExecStreamError("exec stream broke: reset", 502)
+    assert raised.value.status_code == 502
 
 
 def test_a_signed_url_carries_a_grant_the_proxy_verifies() -> None:

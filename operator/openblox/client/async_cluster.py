@@ -11,7 +11,7 @@ import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 
-from openblox.client.background import control_failure
+from openblox.client.background import control_errors, control_output
 from openblox.client.cluster import SYSTEM_NAMESPACE, sandboxes_path
 from openblox.client.errors import ExecTransportError, SandboxGone
 from openblox.client.launch import SUPERVISOR_ARGV
@@ -124,13 +124,6 @@ class AsyncCluster:
         socket = await self.open_exec(
             namespace, pod, [*SUPERVISOR_ARGV, *args], stdin=False, timeout=timeout
         )
-        try:
+        with control_errors(args[0], timeout):
             output = await socket.read_to_end(time.monotonic() + timeout)
-        except TimeoutError as error:
-            raise ExecTransportError(f"{args[0]} did not answer within {timeout:.0f}s") from error
-        except ExecStreamError as error:
-            raise ExecTransportError(str(error), error.status_code) from error
-        failure = control_failure(args[0], output.exit_code, output.stderr)
-        if failure is not None:
-            raise failure
-        return bytes(output.stdout)
+        return control_output(args[0], output)

@@ -1,7 +1,8 @@
 """One command under the in-sandbox supervisor, for asyncio callers: the twin of `supervised`.
 
-The frames are decoded by the same `_FrameDecoder` (output cap, verdict checks) and the
-same rule decides when the native supervisor was missing; only the waiting is different:
+The frames are decoded by the same `_FrameDecoder` (output cap, verdict checks), the
+outcome made by the same `_RunParts`, and the same rule decides when the native
+supervisor was missing; only the waiting is different:
 output is read by the caller's coroutine and stdin written by a task on the same loop.
 """
 
@@ -17,9 +18,9 @@ from typing import Any, NoReturn
 from openblox.client.errors import ExecTransportError
 from openblox.client.results import ExecResult
 from openblox.client.supervised import (
-    EXEC_GRACE_SECONDS,
     OutputChunk,
     _FrameDecoder,
+    _RunParts,
     _supervisor_missing,
 )
 from openblox.denials import ExecOutcome
@@ -31,7 +32,7 @@ AsyncResultMaker = Callable[[ExecOutcome, float], Awaitable[ExecResult]]
 AsyncBrokenHandler = Callable[[bytes, bytearray, datetime], Coroutine[Any, Any, NoReturn]]
 
 
-class _AsyncSupervisedRun:
+class _AsyncSupervisedRun(_RunParts):
     """Reads one supervised exec to its verdict; `chunks()` yields output on the way."""
 
     def __init__(
@@ -48,17 +49,10 @@ class _AsyncSupervisedRun:
         started_at: datetime,
         fallback: Callable[[], Awaitable[AsyncExecSocket]] | None = None,
     ) -> None:
+        super().__init__(timeout=timeout, cap=cap, argv=argv, cwd=cwd, started_at=started_at)
         self._make_result = make_result
         self._on_broken = on_broken
         self._socket = socket
-        self._timeout = timeout
-        self._cap = cap
-        self._argv = argv
-        self._cwd = cwd
-        self._started_at = started_at
-        self._started = time.monotonic()
-        self._decoder = _FrameDecoder(cap)
-        self._result: ExecResult | None = None
         self._stdin = stdin
         self._stdin_task: asyncio.Task[None] | None = None
         self._fallback = fallback
@@ -68,12 +62,6 @@ class _AsyncSupervisedRun:
         if self._stdin is not None:
             # A task, not a thread: it writes while the caller's coroutine reads.
             self._stdin_task = asyncio.create_task(_send_all(self._socket, self._stdin))
-
-    @property
-    def result(self) -> ExecResult:
-        if self._result is None:
-            raise RuntimeError("the command's result is known once its output has been read")
-        return self._result
 
     async def collect(self) -> ExecResult:
         async for _ in self.chunks():
@@ -94,15 +82,12 @@ class _AsyncSupervisedRun:
             # twice); stderr is what the exec said outside them, for the post-mortem.
             output = ExecOutput(keep_stdout=0)
             try:
-                async for frame in self._socket.frames(
-                    self._started + self._timeout + EXEC_GRACE_SECONDS
-                ):
+                async for frame in self._socket.frames(self._deadline()):
                     if stdout := output.feed(frame):
                         for chunk in self._decoder.feed(stdout):
                             yield chunk
             except TimeoutError:
-                # The client's own deadline: the supervisor never reported.
-                await self._finish(137, timed_out=True, truncated=False, signal=None)
+                await self._finish(self._timed_out())
                 return
             except ExecStreamError as error:
                 raise ExecTransportError(str(error), error.status_code) from error
@@ -121,29 +106,9 @@ class _AsyncSupervisedRun:
             if verdict is None:
                 await self._on_broken(output.status, output.stderr, self._started_at)
             break
-        await self._finish(
-            int(verdict["exit_code"]),
-            timed_out=bool(verdict["timed_out"]),
-            truncated=bool(verdict["truncated"]) or self._decoder.over_cap,
-            # 0: the command exited; None: a supervisor too old to say.
-            signal=int(verdict["signal"] or 0) if "signal" in verdict else None,
-        )
+        await self._finish(self._verdict_outcome(verdict))
 
-    async def _finish(
-        self, exit_code: int, *, timed_out: bool, truncated: bool, signal: int | None
-    ) -> None:
-        outcome = ExecOutcome(
-            bytes(self._decoder.stdout),
-            bytes(self._decoder.stderr),
-            exit_code,
-            timed_out,
-            truncated,
-            self._timeout,
-            self._cap,
-            signal,
-            self._argv,
-            self._cwd,
-        )
+    async def _finish(self, outcome: ExecOutcome) -> None:
         self._result = await self._make_result(outcome, time.monotonic() - self._started)
 
 

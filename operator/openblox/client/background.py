@@ -6,15 +6,16 @@ the same filter and process cap as exec), so they run directly, not under `run`.
 
 from __future__ import annotations
 
+import contextlib
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 
 from openblox.client.arguments import checked_argv, checked_cwd, env_pairs
 from openblox.client.cluster import Cluster
 from openblox.client.errors import ExecTransportError, OpenbloxClientError, ProcessNotFound
 from openblox.client.launch import SUPERVISOR_ARGV
 from openblox.client.processes import LOG_BYTES, check_process_name
-from openblox.transport import ExecStreamError
+from openblox.transport import ExecOutput, ExecStreamError
 
 # The supervisor's exit code for "no process by that name".
 NO_SUCH_PROCESS = 3
@@ -49,13 +50,26 @@ def control(
     socket = cluster.open_exec(
         namespace, pod, [*SUPERVISOR_ARGV, *args], stdin=False, timeout=timeout
     )
-    try:
+    with control_errors(args[0], timeout):
         output = socket.read_to_end(time.monotonic() + timeout)
+    return control_output(args[0], output)
+
+
+@contextlib.contextmanager
+def control_errors(operation: str, timeout: float) -> Iterator[None]:
+    """A control mode's stream that ran out of time or broke, as the client's error (a
+    plain `with`, so the async client's twin uses it around its `await` too)."""
+    try:
+        yield
     except TimeoutError as error:
-        raise ExecTransportError(f"{args[0]} did not answer within {timeout:.0f}s") from error
+        raise ExecTransportError(f"{operation} did not answer within {timeout:.0f}s") from error
     except ExecStreamError as error:
         raise ExecTransportError(str(error), error.status_code) from error
-    failure = control_failure(args[0], output.exit_code, output.stderr)
+
+
+def control_output(operation: str, output: ExecOutput) -> bytes:
+    """A control mode's stdout, or the error its exit code means."""
+    failure = control_failure(operation, output.exit_code, output.stderr)
     if failure is not None:
         raise failure
     return bytes(output.stdout)

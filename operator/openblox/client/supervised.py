@@ -33,7 +33,68 @@ class OutputChunk:
     data: bytes
 
 
-class _SupervisedRun:
+class _RunParts:
+    """What a supervised run is, sync or asyncio: the call's limits, the decoder of the
+    supervisor's frames, and the outcome they add up to."""
+
+    def __init__(
+        self,
+        *,
+        timeout: float,
+        cap: int,
+        argv: tuple[str, ...],
+        cwd: str | None,
+        started_at: datetime,
+    ) -> None:
+        self._timeout = timeout
+        self._cap = cap
+        self._argv = argv
+        self._cwd = cwd
+        self._started_at = started_at
+        self._started = time.monotonic()
+        self._decoder = _FrameDecoder(cap)
+        self._result: ExecResult | None = None
+
+    @property
+    def result(self) -> ExecResult:
+        if self._result is None:
+            raise RuntimeError("the command's result is known once its output has been read")
+        return self._result
+
+    def _deadline(self) -> float:
+        return self._started + self._timeout + EXEC_GRACE_SECONDS
+
+    def _timed_out(self) -> ExecOutcome:
+        """The client's own deadline passed: the supervisor never reported."""
+        return self._outcome(137, timed_out=True, truncated=False, signal=None)
+
+    def _verdict_outcome(self, verdict: dict[str, Any]) -> ExecOutcome:
+        return self._outcome(
+            int(verdict["exit_code"]),
+            timed_out=bool(verdict["timed_out"]),
+            truncated=bool(verdict["truncated"]) or self._decoder.over_cap,
+            # 0: the command exited; None: a supervisor too old to say.
+            signal=int(verdict["signal"] or 0) if "signal" in verdict else None,
+        )
+
+    def _outcome(
+        self, exit_code: int, *, timed_out: bool, truncated: bool, signal: int | None
+    ) -> ExecOutcome:
+        return ExecOutcome(
+            bytes(self._decoder.stdout),
+            bytes(self._decoder.stderr),
+            exit_code,
+            timed_out,
+            truncated,
+            self._timeout,
+            self._cap,
+            signal,
+            self._argv,
+            self._cwd,
+        )
+
+
+class _SupervisedRun(_RunParts):
     """Reads one supervised exec to its verdict; `chunks()` yields output on the way."""
 
     def __init__(
@@ -50,18 +111,10 @@ class _SupervisedRun:
         started_at: datetime,
         fallback: Callable[[], ExecSocket] | None = None,
     ) -> None:
+        super().__init__(timeout=timeout, cap=cap, argv=argv, cwd=cwd, started_at=started_at)
         self._make_result = make_result
         self._on_broken = on_broken
         self._socket = socket
-        self._timeout = timeout
-        self._cap = cap
-        self._argv = argv
-        self._cwd = cwd
-        self._started_at = started_at
-        self._started = time.monotonic()
-        self._decoder = _FrameDecoder(cap)
-        self._keep_output = True
-        self._result: ExecResult | None = None
         self._stdin = stdin
         self._fallback = fallback
         self._send_stdin()
@@ -71,12 +124,6 @@ class _SupervisedRun:
             threading.Thread(
                 target=_send_all, args=(self._socket, self._stdin), daemon=True
             ).start()
-
-    @property
-    def result(self) -> ExecResult:
-        if self._result is None:
-            raise RuntimeError("the command's result is known once its output has been read")
-        return self._result
 
     def collect(self) -> ExecResult:
         for _ in self.chunks():
@@ -90,14 +137,11 @@ class _SupervisedRun:
             # twice); stderr is what the exec said outside them, for the post-mortem.
             output = ExecOutput(keep_stdout=0)
             try:
-                for frame in self._socket.frames(
-                    self._started + self._timeout + EXEC_GRACE_SECONDS
-                ):
+                for frame in self._socket.frames(self._deadline()):
                     if stdout := output.feed(frame):
                         yield from self._decoder.feed(stdout)
             except TimeoutError:
-                # The client's own deadline: the supervisor never reported.
-                self._finish(137, timed_out=True, truncated=False, signal=None)
+                self._finish(self._timed_out())
                 return
             except ExecStreamError as error:
                 raise ExecTransportError(str(error), error.status_code) from error
@@ -116,29 +160,9 @@ class _SupervisedRun:
             if verdict is None:
                 self._on_broken(output.status, output.stderr, self._started_at)
             break
-        self._finish(
-            int(verdict["exit_code"]),
-            timed_out=bool(verdict["timed_out"]),
-            truncated=bool(verdict["truncated"]) or self._decoder.over_cap,
-            # 0: the command exited; None: a supervisor too old to say.
-            signal=int(verdict["signal"] or 0) if "signal" in verdict else None,
-        )
+        self._finish(self._verdict_outcome(verdict))
 
-    def _finish(
-        self, exit_code: int, *, timed_out: bool, truncated: bool, signal: int | None
-    ) -> None:
-        outcome = ExecOutcome(
-            bytes(self._decoder.stdout),
-            bytes(self._decoder.stderr),
-            exit_code,
-            timed_out,
-            truncated,
-            self._timeout,
-            self._cap,
-            signal,
-            self._argv,
-            self._cwd,
-        )
+    def _finish(self, outcome: ExecOutcome) -> None:
         self._result = self._make_result(outcome, time.monotonic() - self._started)
 
 
