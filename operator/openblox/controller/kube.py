@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from openblox.names import GROUP, PLURAL, VERSION
 from openblox.transport import (
     MERGE_PATCH,
     STRATEGIC_MERGE_PATCH,
@@ -38,8 +39,21 @@ __all__ = [
     "is_not_found",
     "path",
     "refusal_reason",
+    "sandbox_path",
     "status_of",
 ]
+
+
+def sandbox_path(namespace: str, name: str, subresource: str | None = None) -> str:
+    """The request path of one Sandbox (or its `status` subresource)."""
+    return path(
+        group=GROUP,
+        version=VERSION,
+        plural=PLURAL,
+        namespace=namespace,
+        name=name,
+        subresource=subresource,
+    )
 
 
 class Kube(Api):

@@ -26,7 +26,7 @@ from datetime import UTC, datetime
 from openblox.controller import metrics
 from openblox.controller.election import Election, NotLeader
 from openblox.controller.events import EventRecorder, record_denial, sandbox_ref
-from openblox.controller.kube import Kube, is_conflict, is_not_found, path
+from openblox.controller.kube import Kube, is_conflict, is_not_found, sandbox_path
 from openblox.controller.profile_store import ProfileStore
 from openblox.controller.reconcile import Reconciler
 from openblox.controller.sandbox_cache import SandboxCache
@@ -34,7 +34,7 @@ from openblox.denials import lifetime_denial
 from openblox.lifetime.expiry import Expiry
 from openblox.lifetime.reaping import expiry_of, find_expired
 from openblox.models import Sandbox
-from openblox.names import GROUP, PLURAL, VERSION, Reason
+from openblox.names import Reason
 
 log = logging.getLogger(__name__)
 
@@ -176,13 +176,7 @@ class Reaper:
             self._reconciler.reconcile(current, "reaper")
         try:
             self._kube.delete(
-                path(
-                    group=GROUP,
-                    version=VERSION,
-                    plural=PLURAL,
-                    namespace=sandbox.namespace,
-                    name=sandbox.name,
-                ),
+                sandbox_path(sandbox.namespace, sandbox.name),
                 {"preconditions": {"uid": sandbox.uid}, "propagationPolicy": "Background"},
             )
         except Exception as error:

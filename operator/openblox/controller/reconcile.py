@@ -34,7 +34,7 @@ from openblox.builders.status import build_status, profile_digest, status_patch
 from openblox.controller import metrics, namespaces, runtime_checks
 from openblox.controller.election import NotLeader
 from openblox.controller.events import EventRecorder, record_denial, sandbox_ref
-from openblox.controller.kube import Kube, is_namespace_terminating, is_not_found, path
+from openblox.controller.kube import Kube, is_namespace_terminating, is_not_found, sandbox_path
 from openblox.controller.pod_boundaries import PodBoundaries
 from openblox.controller.profile_store import ProfileStore
 from openblox.controller.requeue import Deadlines, Requeue
@@ -52,7 +52,7 @@ from openblox.models import (
     parse_sandbox,
 )
 from openblox.models.profile import Boundary, resolve_profile
-from openblox.names import GROUP, PLURAL, VERSION, Reason
+from openblox.names import Reason
 from openblox.timestamps import parse_optional_timestamp
 
 log = logging.getLogger(__name__)
@@ -320,14 +320,7 @@ class Reconciler:
             return
         try:
             patched = self._kube.patch(
-                path(
-                    group=GROUP,
-                    version=VERSION,
-                    plural=PLURAL,
-                    namespace=sandbox.namespace,
-                    name=sandbox.name,
-                    subresource="status",
-                ),
+                sandbox_path(sandbox.namespace, sandbox.name, "status"),
                 {"status": status_patch(sandbox.status, status)},
             )
         except Exception as error:
