@@ -1,5 +1,6 @@
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta, timezone
+from types import MappingProxyType
 from typing import Any
 
 import pytest
@@ -12,6 +13,7 @@ from openblox.models import (
     parse_sandbox,
     parse_timestamp,
 )
+from openblox.models.sandbox import plain
 from tests.unit.factories import CREATED, SANDBOX_UID, sandbox_body
 
 
@@ -167,3 +169,13 @@ def test_sandbox_is_immutable() -> None:
     sandbox = Sandbox("n", "ns", "uid", 1, CREATED, SandboxSpec("p"))
     with pytest.raises(AttributeError):
         sandbox.name = "other"  # type: ignore[misc]
+
+
+def test_plain_copies_any_mapping_and_sequence_into_plain_dicts_and_lists() -> None:
+    """What the status comparison and the parsed Sandbox both rely on: a detached copy."""
+    inner: dict[str, tuple[int, ...]] = {"b": (1, 2)}
+    copy = plain({"a": MappingProxyType(inner)})
+    assert copy == {"a": {"b": [1, 2]}}
+    assert type(copy["a"]) is dict
+    inner["b"] = (3,)
+    assert copy["a"]["b"] == [1, 2]

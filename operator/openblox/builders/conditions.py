@@ -13,6 +13,7 @@ from typing import Any, Literal, TypedDict
 from openblox.denials import Denial
 from openblox.lifetime import Expiry
 from openblox.models import Boundary, OpenbloxError, format_timestamp, parse_timestamp
+from openblox.models.sandbox import plain
 from openblox.names import CONTAINER_NAME, ConditionType, Reason
 
 ConditionStatus = Literal["True", "False", "Unknown"]
@@ -371,7 +372,7 @@ def _condition(
 
 
 def _comparable(status: Mapping[str, Any]) -> dict[str, Any]:
-    comparable = {key: _plain(value) for key, value in status.items()}
+    comparable = {key: plain(value) for key, value in status.items()}
     conditions = comparable.get("conditions")
     if isinstance(conditions, list):
         comparable["conditions"] = sorted(conditions, key=_condition_type)
@@ -380,11 +381,3 @@ def _comparable(status: Mapping[str, Any]) -> dict[str, Any]:
 
 def _condition_type(condition: object) -> str:
     return str(condition.get("type")) if isinstance(condition, dict) else ""
-
-
-def _plain(value: Any) -> Any:
-    if isinstance(value, Mapping):
-        return {key: _plain(item) for key, item in value.items()}
-    if isinstance(value, list | tuple):
-        return [_plain(item) for item in value]
-    return value

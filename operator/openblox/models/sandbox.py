@@ -83,7 +83,7 @@ def parse_sandbox(body: Mapping[str, Any]) -> Sandbox:
         labels=_string_map(metadata, "metadata.labels"),
         annotations=_string_map(metadata, "metadata.annotations"),
         deletion_timestamp=_timestamp(metadata, "metadata.deletionTimestamp"),
-        status=MappingProxyType(_plain(_mapping(body, "status"))),
+        status=MappingProxyType(plain(_mapping(body, "status"))),
     )
 
 
@@ -147,10 +147,10 @@ def _string_map(parent: Mapping[str, Any], path: str) -> Mapping[str, str]:
     return MappingProxyType(dict(value))
 
 
-def _plain(value: Any) -> Any:
+def plain(value: Any) -> Any:
     """A deep copy as plain dicts and lists, detached from the caller's (possibly live) body."""
     if isinstance(value, Mapping):
-        return {key: _plain(item) for key, item in value.items()}
+        return {key: plain(item) for key, item in value.items()}
     if isinstance(value, list | tuple):
-        return [_plain(item) for item in value]
+        return [plain(item) for item in value]
     return value
