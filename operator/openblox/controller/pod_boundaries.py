@@ -82,11 +82,11 @@ class PodBoundaries:
                 return None
             self._seen[uid] = observed
             if key is not None and observed in ("gvisor", "kata"):
-                self._record(pod, observed)
+                self.record(pod, observed)
         return self._seen[uid]
 
-    def _record(self, pod: Mapping[str, Any], observed: Boundary) -> None:
-        """Write the probe's result on the pod, as the pool keeper does for a warm pod, so
+    def record(self, pod: Mapping[str, Any], observed: Boundary) -> None:
+        """Write the probe's result on the pod (the pool keeper does it for a warm pod), so
         a replica that takes the Lease later trusts it instead of probing every pod again
         (a probe of a pod whose node has just frozen hangs until its timeout, and holds
         that Sandbox's reconciles, its NodeLost report among them, back meanwhile)."""

@@ -36,7 +36,7 @@ from openblox.controller.reconcile import Reconciler
 from openblox.controller.watched import Watched
 from openblox.models import Boundary, OpenbloxError, Profile, resolve_profile
 from openblox.models.pool import Pool
-from openblox.names import ANNOTATION_BOUNDARY, LABEL_POOL, Reason
+from openblox.names import LABEL_POOL, Reason
 from openblox.pool.plan import RefillPacer, plan_pool, pod_footprint, pods_per_quota, pool_pod_view
 
 log = logging.getLogger(__name__)
@@ -228,17 +228,7 @@ class PoolKeeper:
         self._wake.set()  # hand-out-able now, or to be deleted: act on it next pass
         if expected is not None and observed != expected:
             return
-        metadata = pod["metadata"]
-        try:
-            annotated = self._kube.patch(
-                path(plural="pods", namespace=metadata["namespace"], name=metadata["name"]),
-                {"metadata": {"annotations": {ANNOTATION_BOUNDARY: observed}}},
-            )
-        except Exception as error:
-            if not is_not_found(error):
-                raise
-            return
-        self._watched.pod_seen(annotated)
+        self._reconciler.boundaries.record(pod, observed)
 
     def _create(
         self, pool: Pool, profile: Profile, namespace: str, count: int, pacer_key: str
