@@ -4,6 +4,8 @@
 # (cluster/kind/node-image.sh). The control plane and worker (first) have gVisor and the
 # label openblox.sh/gvisor=true; the second worker has no gVisor at all.
 #
+#   cluster/kind/kind.sh build    build (cached) the node images and the openblox images, start
+#                                 dockerd; creates no cluster
 #   cluster/kind/kind.sh up       build (cached), start dockerd, create or reuse the cluster,
 #                                 load the openblox images; prints the export lines
 #   cluster/kind/kind.sh install  up, then install openblox as a user would and print 42
@@ -124,16 +126,28 @@ nodes:
 EOF
 }
 
-cmd_up() {
+# Docker started, the node images built (cached): sets NODE_GVISOR and NODE_PLAIN.
+build_node_images() {
   [[ $(id -u) == 0 ]] || die "run as root (dockerd, debootstrap)"
   command -v go >/dev/null || die "Go is needed to build kind and the node's binaries (https://go.dev/doc/install)"
   "$repo/cluster/docker.sh" install
   eval "$("$repo/cluster/docker.sh" start)"
   export DOCKER_HOST
-  local refs gvisor plain
+  local refs
   mapfile -t refs < <(PYTHON=$PYTHON "$here/node-image.sh")
-  gvisor=${refs[0]} plain=${refs[1]}
-  [[ -n $gvisor && -n $plain ]] || die "node-image.sh printed no image references"
+  NODE_GVISOR=${refs[0]:-} NODE_PLAIN=${refs[1]:-}
+  [[ -n $NODE_GVISOR && -n $NODE_PLAIN ]] || die "node-image.sh printed no image references"
+}
+
+cmd_build() {
+  build_node_images
+  PYTHON=$PYTHON "$repo/cluster/images/build.sh" sandbox operator >/dev/null
+  log "node images $NODE_GVISOR and $NODE_PLAIN"
+}
+
+cmd_up() {
+  build_node_images
+  local gvisor=$NODE_GVISOR plain=$NODE_PLAIN
   if cluster_exists; then
     local stale
     stale=$(stale_reason "$gvisor" "$plain")
@@ -183,11 +197,12 @@ cmd_down() {
 }
 
 case ${1:-} in
+  build) cmd_build ;;
   up) cmd_up ;;
   install) cmd_up >/dev/null
     KUBECONFIG=$KUBECONFIG_FILE "$PYTHON" "$repo/cluster/embedded.py" up ;;
   down) cmd_down ;;
   env) cmd_env ;;
   check) shift; cmd_check "$@" ;;
-  *) echo "usage: $0 up|install|down|env|check" >&2; exit 2 ;;
+  *) echo "usage: $0 build|up|install|down|env|check" >&2; exit 2 ;;
 esac

@@ -58,10 +58,17 @@ _node_debootstrap() {
   strip_rootfs "$root"
 }
 
-if [[ ${1:-} == rootfs ]]; then
-  mkdir -p "$CACHE_DIR"
-  exec {lock_fd}>"$CACHE_DIR/.lock"
+# The node build's own lock, not the image cache's (cluster/images/build.sh): the embedded
+# cluster's `cluster.sh images` must not wait minutes for a node image that `make test`
+# builds in the background (cluster/kind/prebuild.sh).
+node_build_lock() {
+  mkdir -p "$CACHE_DIR/kind"
+  exec {lock_fd}>"$CACHE_DIR/kind/.lock"
   flock "$lock_fd"
+}
+
+if [[ ${1:-} == rootfs ]]; then
+  node_build_lock
   init_work_dir
   [[ -f $(rootfs_tarball) ]] || cached_tarball "$(rootfs_tarball)" _node_debootstrap "$WORK_DIR/node"
   exit 0
@@ -211,9 +218,7 @@ if docker_cli image inspect "$ref" >/dev/null 2>&1 && docker_cli image inspect "
   exit 0
 fi
 
-mkdir -p "$CACHE_DIR"
-exec {lock_fd}>"$CACHE_DIR/.lock"
-flock "$lock_fd"
+node_build_lock
 init_work_dir
 start=$SECONDS
 root=$WORK_DIR/node
