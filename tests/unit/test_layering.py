@@ -94,7 +94,11 @@ def test_pure_layers_import_nothing_that_does_io_or_talks_to_a_cluster(layer: st
 TRANSPORT_CORE = ("openblox.transport.errors", "openblox.transport.frames")
 PURE_MODULES = {
     "agent_tools/schemas.py": ("openblox.names",),
-    "agent_tools/shaping.py": ("openblox.names", "openblox.agent_tools.schemas"),
+    "agent_tools/shaping.py": (
+        "openblox.names",
+        "openblox.denials",
+        "openblox.agent_tools.schemas",
+    ),
     # The transport's I/O-free core, which an asyncio transport builds on as well.
     "transport/errors.py": (),
     "transport/frames.py": (),

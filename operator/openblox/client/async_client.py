@@ -105,10 +105,8 @@ class AsyncClient:
                 ) from error
             created = existing
         except (BadRequest, Forbidden, Invalid) as error:
-            record = admission_denial(
-                profile, error.message or error.reason, datetime.now(UTC)
-            ).to_dict()
-            raise AdmissionDenied(f"sandbox refused: {record['because']}", record) from error
+            record = admission_denial(profile, error.message or error.reason, datetime.now(UTC))
+            raise AdmissionDenied(f"sandbox refused: {record.because}", record) from error
         ready = await self._wait_ready(namespace, name, created, timeout)
         return AsyncSandbox(self._cluster, ready)
 

@@ -95,10 +95,8 @@ class Client:
                 ) from error
             created = existing
         except (BadRequest, Forbidden, Invalid) as error:
-            record = admission_denial(
-                profile, error.message or error.reason, datetime.now(UTC)
-            ).to_dict()
-            raise AdmissionDenied(f"sandbox refused: {record['because']}", record) from error
+            record = admission_denial(profile, error.message or error.reason, datetime.now(UTC))
+            raise AdmissionDenied(f"sandbox refused: {record.because}", record) from error
         return Sandbox(self._cluster, self._wait_ready(namespace, name, created, timeout))
 
     def _wait_ready(
