@@ -106,7 +106,7 @@ PURE_MODULES = {
     "transport/credentials.py": ("openblox.timestamps", *TRANSPORT_CORE),
     # The client's pure parts: why an exec broke, when a Sandbox is ready, its limits.
     "client/postmortem.py": (*BASE, "openblox.denials", "openblox.transport.frames"),
-    "client/readiness.py": (),
+    "client/readiness.py": ("openblox.names",),
     "client/limits.py": (),
 }
 
@@ -192,7 +192,8 @@ def test_the_transport_loads_neither_the_kubernetes_package_nor_the_client() -> 
     assert violations == []
 
 
-TRANSPORT_ALLOWED = ("openblox.transport", "openblox.timestamps")
+# The base (names, timestamps): the client's name is its default user agent.
+TRANSPORT_ALLOWED = ("openblox.transport", *BASE)
 
 
 def test_the_checker_resolves_relative_imports() -> None:

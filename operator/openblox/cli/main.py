@@ -17,6 +17,7 @@ from openblox.client import Client, ExecResult, OpenbloxClientError, Sandbox
 from openblox.client.errors import denial_of
 from openblox.client.processes import LOG_BYTES
 from openblox.denials import Denial
+from openblox.names import COMMAND, ConditionType
 from openblox.transport import ApiError, CredentialsError
 
 
@@ -109,7 +110,12 @@ def cmd_ls(client: Client, args: argparse.Namespace) -> int:
     rows = []
     for sandbox in client.list():
         ready: dict[str, Any] = next(
-            (c for c in sandbox.status.get("conditions") or [] if c.get("type") == "Ready"), {}
+            (
+                c
+                for c in sandbox.status.get("conditions") or []
+                if c.get("type") == ConditionType.READY
+            ),
+            {},
         )
         rows.append(
             {
@@ -315,7 +321,7 @@ def _add_mcp(sub: Any) -> None:
 
 
 def parser() -> argparse.ArgumentParser:
-    top = argparse.ArgumentParser(prog="openblox", description=__doc__)
+    top = argparse.ArgumentParser(prog=COMMAND, description=__doc__)
     top.add_argument("-n", "--namespace", help="namespace (default: the kubeconfig's)")
     top.add_argument("--kubeconfig")
     top.add_argument("--json", action="store_true", help="machine-readable output")

@@ -59,7 +59,7 @@ from openblox.client.preview import (
 from openblox.client.processes import LOG_BYTES, Process, check_process_name
 from openblox.client.results import ExecResult
 from openblox.denials import Denial, ExecOutcome, Policy, classify_exec, scratch_mounted_noexec
-from openblox.names import ANNOTATION_LAST_ACTIVITY
+from openblox.names import ANNOTATION_LAST_ACTIVITY, Reason
 from openblox.preview.keys import SECRET_NAME
 from openblox.preview.tokens import MAX_TTL_SECONDS, Grant
 from openblox.timestamps import format_timestamp
@@ -100,7 +100,9 @@ class AsyncSandbox:
         name = self.status.get("podName")
         if not name:
             raise SandboxNotReady(
-                self.name, "PodNotCreated", "the operator has not reported a pod (status.podName)"
+                self.name,
+                Reason.POD_NOT_CREATED,
+                "the operator has not reported a pod (status.podName)",
             )
         return str(name)
 

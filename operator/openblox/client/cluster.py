@@ -14,7 +14,7 @@ from typing import Any
 from openblox.client.errors import ExecTransportError, SandboxGone
 from openblox.client.postmortem import denial_records
 from openblox.denials import Denial
-from openblox.names import CONTAINER_NAME, GROUP, PLURAL, VERSION, Reason
+from openblox.names import CONTAINER_NAME, GROUP, OPERATOR_NAMESPACE, PLURAL, VERSION, Reason
 from openblox.transport import (
     Api,
     ExecSocket,
@@ -25,7 +25,7 @@ from openblox.transport import (
     path,
 )
 
-SYSTEM_NAMESPACE = "openblox-system"
+SYSTEM_NAMESPACE = OPERATOR_NAMESPACE
 
 
 def sandboxes_path(namespace: str, name: str | None = None) -> str:

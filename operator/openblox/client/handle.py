@@ -40,7 +40,7 @@ from openblox.client.processes import LOG_BYTES, Process, check_process_name
 from openblox.client.results import ExecResult
 from openblox.client.supervised import ExecStream, _SupervisedRun
 from openblox.denials import Denial, ExecOutcome, Policy, classify_exec, scratch_mounted_noexec
-from openblox.names import ANNOTATION_LAST_ACTIVITY
+from openblox.names import ANNOTATION_LAST_ACTIVITY, Reason
 from openblox.timestamps import format_timestamp
 from openblox.transport import ApiError, ExecSocket
 
@@ -85,7 +85,9 @@ class Sandbox:
         name = self.status.get("podName")
         if not name:
             raise SandboxNotReady(
-                self.name, "PodNotCreated", "the operator has not reported a pod (status.podName)"
+                self.name,
+                Reason.POD_NOT_CREATED,
+                "the operator has not reported a pod (status.podName)",
             )
         return str(name)
 

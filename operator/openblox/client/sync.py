@@ -29,7 +29,7 @@ from openblox.client.handle import Sandbox
 from openblox.client.launch import SUPERVISOR_ARGV
 from openblox.client.readiness import TERMINAL_REASONS, ready_condition, settled
 from openblox.denials import admission_denial
-from openblox.names import GROUP, VERSION
+from openblox.names import GROUP, KIND, VERSION
 from openblox.transport import BadRequest, Conflict, Forbidden, Invalid, Session
 
 # Kept importable from here, where they were defined before the client was split.
@@ -76,7 +76,7 @@ class Client:
             spec["maxAgeSeconds"] = max_age_seconds
         body = {
             "apiVersion": f"{GROUP}/{VERSION}",
-            "kind": "Sandbox",
+            "kind": KIND,
             "metadata": {"name": name, "namespace": namespace},
             "spec": spec,
         }

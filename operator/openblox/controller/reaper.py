@@ -34,7 +34,7 @@ from openblox.denials import lifetime_denial
 from openblox.lifetime.expiry import Expiry
 from openblox.lifetime.reaping import expiry_of, find_expired
 from openblox.models import Sandbox
-from openblox.names import GROUP, PLURAL, VERSION, Reason
+from openblox.names import GROUP, PLURAL, VERSION, ConditionType, Reason
 
 log = logging.getLogger(__name__)
 
@@ -250,4 +250,7 @@ class Reaper:
 
 
 def _is_ready(sandbox: Sandbox) -> bool:
-    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in sandbox.conditions)
+    return any(
+        c.get("type") == ConditionType.READY and c.get("status") == "True"
+        for c in sandbox.conditions
+    )

@@ -60,9 +60,11 @@ from openblox.models import (
 from openblox.models.profile import Boundary, resolve_profile
 from openblox.names import (
     ANNOTATION_BOUNDARY,
+    ANNOTATION_PROFILE_DIGEST,
     GROUP,
     PLURAL,
     VERSION,
+    ConditionType,
     Reason,
 )
 from openblox.timestamps import parse_optional_timestamp
@@ -422,7 +424,9 @@ class Reconciler:
                 self._cache.refresh(parse_sandbox(patched))
 
     def _count_ready(self, sandbox: Sandbox, status: Mapping[str, Any], now: datetime) -> None:
-        ready = any(c["type"] == "Ready" and c["status"] == "True" for c in status["conditions"])
+        ready = any(
+            c["type"] == ConditionType.READY and c["status"] == "True" for c in status["conditions"]
+        )
         if ready and sandbox.uid not in self._ready_seen:
             self._ready_seen.add(sandbox.uid)
             metrics.CREATE_TO_READY.observe((now - sandbox.creation_timestamp).total_seconds())
@@ -431,7 +435,7 @@ class Reconciler:
 def _profile_digest(pod: Mapping[str, Any] | None, profile: Profile | None) -> str | None:
     """The digest the running pod was built from; a profile edit does not rewrite it."""
     if pod is not None:
-        digest = (pod["metadata"].get("annotations") or {}).get("openblox.sh/profile-digest")
+        digest = (pod["metadata"].get("annotations") or {}).get(ANNOTATION_PROFILE_DIGEST)
         if digest:
             return str(digest)
     return profile.digest if profile else None

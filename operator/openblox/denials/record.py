@@ -17,9 +17,10 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Final, Literal, TypeGuard, get_args
 
+from openblox.names import GROUP
 from openblox.timestamps import format_timestamp, parse_timestamp
 
-SCHEMA: Final = "openblox.sh/denial/v1"
+SCHEMA: Final = f"{GROUP}/denial/v1"
 """The value of every record's `schema` field; a change of fields means a new version."""
 
 Category = Literal[
