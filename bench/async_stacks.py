@@ -17,7 +17,8 @@ from __future__ import annotations
 import json
 import sys
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import Any, Protocol
 
 PROTOCOL = "v5.channel.k8s.io"
 
@@ -99,7 +100,7 @@ class AiohttpStack:
     async def exec(self, argv: list[str]) -> tuple[int | None, bytes]:
         import aiohttp
 
-        frames = []
+        frames: list[bytes] = []
         async with self.session.ws_connect(_url(self.settings, argv), protocols=[PROTOCOL]) as ws:
             if ws.protocol != PROTOCOL:
                 raise RuntimeError(f"no {PROTOCOL}: {ws.protocol}")
@@ -124,11 +125,14 @@ class HttpxWsStack:
         )
 
     async def exec(self, argv: list[str]) -> tuple[int | None, bytes]:
-        from httpx_ws import WebSocketDisconnect, aconnect_ws
+        from httpx_ws import AsyncWebSocketSession, WebSocketDisconnect, aconnect_ws
 
-        frames = []
+        frames: list[bytes] = []
         url = _url(self.settings, argv).replace("wss://", "https://", 1)
-        async with aconnect_ws(url, self.client, subprotocols=[PROTOCOL]) as ws:
+        # session_class is the default; named so the type checker knows the session's type.
+        async with aconnect_ws(
+            url, self.client, subprotocols=[PROTOCOL], session_class=AsyncWebSocketSession
+        ) as ws:
             if ws.subprotocol != PROTOCOL:
                 raise RuntimeError(f"no {PROTOCOL}: {ws.subprotocol}")
             try:
@@ -149,12 +153,13 @@ class WebsocketsStack:
 
     async def exec(self, argv: list[str]) -> tuple[int | None, bytes]:
         from websockets.asyncio.client import connect
+        from websockets.typing import Subprotocol
 
-        frames = []
+        frames: list[bytes] = []
         async with connect(
             _url(self.settings, argv),
             ssl=self.context,
-            subprotocols=[PROTOCOL],  # type: ignore[list-item]
+            subprotocols=[Subprotocol(PROTOCOL)],
             additional_headers=_headers(self.settings),
             max_size=None,
             compression=None,
@@ -222,7 +227,15 @@ class AsyncioStack:
         return None
 
 
-STACKS = {
+class Stack(Protocol):
+    """What each candidate offers the measurement: one exec, and a close at the end."""
+
+    async def exec(self, argv: list[str]) -> tuple[int | None, bytes]: ...
+
+    async def close(self) -> None: ...
+
+
+STACKS: dict[str, Callable[[dict[str, Any]], Stack]] = {
     "aiohttp": AiohttpStack,
     "httpx-ws": HttpxWsStack,
     "websockets": WebsocketsStack,

@@ -598,7 +598,7 @@ class FlowCounter:
         schemas = []
         if namespace:
             for index, (label, group, resources) in enumerate(FLOW_RESOURCES):
-                rule = {
+                rule: dict[str, Any] = {  # a FlowSchema's spec.rules entry, as _schema takes
                     "resourceRules": [
                         {
                             "verbs": ["*"],
@@ -680,9 +680,9 @@ def node_pods(namespace: str) -> dict[str, dict[str, Any]]:
         found[item["metadata"]["name"]] = entry
         by_id[item["id"]] = entry
     for container in containers.get("containers", []):
-        entry = by_id.get(container["podSandboxId"])
-        if entry is not None:
-            entry["container_ids"].append(container["id"])
+        owner = by_id.get(container["podSandboxId"])
+        if owner is not None:
+            owner["container_ids"].append(container["id"])
     return found
 
 
@@ -693,7 +693,7 @@ def pod_memory(pods: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
     for name, ids in pods.items():
         shims = procs.shims_for(table, [ids["sandbox_id"], *ids["container_ids"]])
         pids = procs.descendants(table, shims)
-        memory = procs.memory_of(pids)
+        memory: dict[str, Any] = dict(procs.memory_of(pids))  # then its cgroup and pids
         cgroup = None
         for pid in pids:
             path = procs.memory_cgroup(pid)

@@ -22,7 +22,9 @@ Ratios are against the `kubernetes` package's figure for the same operation.
 
 from __future__ import annotations
 
+import builtins
 import contextlib
+import functools
 import importlib.metadata
 import importlib.util
 import json
@@ -31,8 +33,8 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
-from typing import Any
+from collections.abc import Callable, Generator, Iterator
+from typing import Any, Protocol
 
 from bench import env
 from bench.kube import delete_namespace, make_namespace
@@ -158,7 +160,7 @@ class Official:
                 return True
         return False
 
-    def exec(self, ns: str, pod: str, argv: list[str]) -> tuple[int | None, bytes]:
+    def exec(self, ns: str, pod: str, argv: builtins.list[str]) -> tuple[int | None, bytes]:
         from kubernetes.stream import stream
 
         response = stream(
@@ -194,7 +196,10 @@ class Light:
         self.resource = create_namespaced_resource(GROUP, VERSION, KIND, PLURAL)
 
     def get(self, ns: str, name: str) -> str:
-        return str(self.client.get(self.resource, name, namespace=ns).metadata.name)
+        metadata = self.client.get(self.resource, name, namespace=ns).metadata
+        if metadata is None:  # typed optional; the API server always sends it
+            raise RuntimeError(f"lightkube: {ns}/{name} came back without metadata")
+        return str(metadata.name)
 
     def list(self, ns: str) -> int:
         return len(list(self.client.list(self.resource, namespace=ns)))
@@ -207,14 +212,15 @@ class Light:
         )
         try:
             for _op, obj in events:
-                annotations = obj.metadata.annotations or {}
+                annotations = (obj.metadata.annotations if obj.metadata else None) or {}
                 if annotations.get(ANNOTATION) == token:
                     return True
         finally:
-            events.close()
+            if isinstance(events, Generator):  # typed an Iterator; it is a generator
+                events.close()
         return False
 
-    def exec(self, ns: str, pod: str, argv: list[str]) -> tuple[int | None, bytes]:
+    def exec(self, ns: str, pod: str, argv: builtins.list[str]) -> tuple[int | None, bytes]:
         result = self.client.exec(
             pod,
             namespace=ns,
@@ -225,7 +231,8 @@ class Light:
             decode=None,
             timeout=30,
         )
-        return result.exit_code, bytes(result.stdout or b"")
+        out = result.stdout or b""  # bytes with decode=None; typed str | bytes
+        return result.exit_code, out.encode() if isinstance(out, str) else bytes(out)
 
 
 class Kr8s:
@@ -253,19 +260,35 @@ class Kr8s:
         )
         try:
             for _op, obj in events:
-                if (obj.annotations or {}).get(ANNOTATION) == token:
+                annotations: dict[str, str] = obj.annotations or {}
+                if annotations.get(ANNOTATION) == token:
                     return True
         finally:
             events.close()
         return False
 
-    def exec(self, ns: str, pod: str, argv: list[str]) -> tuple[int | None, bytes]:
+    def exec(self, ns: str, pod: str, argv: builtins.list[str]) -> tuple[int | None, bytes]:
         target = self.pod_class.get(pod, namespace=ns, api=self.api)
         done = target.exec(argv, container=CONTAINER, check=False)
         return int(done.returncode), bytes(done.stdout or b"")
 
 
-LIBRARIES: dict[str, Callable[[], Any]] = {"kubernetes": Official, "lightkube": Light, "kr8s": Kr8s}
+class Library(Protocol):
+    """What each client library is measured doing, the same way for all of them."""
+
+    name: str
+
+    def get(self, ns: str, name: str) -> str: ...
+    def list(self, ns: str) -> int: ...
+    def watch(self, ns: str, name: str, rv: str, token: str, timeout: float) -> bool: ...
+    def exec(self, ns: str, pod: str, argv: builtins.list[str]) -> tuple[int | None, bytes]: ...
+
+
+LIBRARIES: dict[str, Callable[[], Library]] = {
+    "kubernetes": Official,
+    "lightkube": Light,
+    "kr8s": Kr8s,
+}
 
 
 # --------------------------------------------------------------------------- measuring
@@ -394,9 +417,11 @@ def _watch_once(ctx: Any, library: Any, ns: str, name: str) -> float:
     return elapsed
 
 
-def _api_calls(ctx: Any, section: Section, libraries: dict[str, Any], ns: str, name: str) -> None:
+def _api_calls(
+    ctx: Any, section: Section, libraries: dict[str, Library], ns: str, name: str
+) -> None:
     n = ctx.n(100, 5)
-    ops: dict[str, Callable[[Any], Any]] = {
+    ops: dict[str, Callable[[Library], object]] = {
         "get": lambda lib: lib.get(ns, name),
         "list": lambda lib: lib.list(ns),
     }
@@ -407,7 +432,7 @@ def _api_calls(ctx: Any, section: Section, libraries: dict[str, Any], ns: str, n
     for _ in range(n):
         for op, call in ops.items():
             for lib_name, lib in libraries.items():
-                samples[(op, lib_name)].append(_timed(lambda c=call, x=lib: c(x)))
+                samples[(op, lib_name)].append(_timed(functools.partial(call, lib)))
     titles = {"get": "get a Sandbox", "list": "list Sandboxes (namespace of 1)"}
     for (op, lib_name), values in samples.items():
         _latency_figure(section, op, lib_name, values, title=titles[op], label=LABELS[lib_name])
@@ -431,7 +456,7 @@ def _api_calls(ctx: Any, section: Section, libraries: dict[str, Any], ns: str, n
 
 
 def _exec_paths(
-    libraries: dict[str, Any], client: Client, ns: str, sandbox: Any
+    libraries: dict[str, Library], client: Client, ns: str, sandbox: Any
 ) -> dict[str, tuple[str, Callable[[list[str]], tuple[int | None, bytes]]]]:
     pod = sandbox.pod
 
@@ -451,7 +476,7 @@ def _exec_paths(
                 "lightkube": "lightkube Client.exec (httpx websocket)",
                 "kr8s": "kr8s Pod.get + Pod.exec (httpx-ws)",
             }[name],
-            lambda argv, lib=lib: lib.exec(ns, pod, argv),
+            functools.partial(lib.exec, ns, pod),
         )
         for name, lib in libraries.items()
     }

@@ -299,16 +299,20 @@ def _record(
         )
     sandbox = data.get("sandbox") or []
     for index, (name, sample, title, legend) in enumerate(BREAKDOWN if sandbox else ()):
-        first = index == 0
+        # The figure's extras (`**extra` of Section.figure), in the order the results hold
+        # them; only the group's first figure carries its title and the headline mark.
+        extra: dict[str, Any] = {"group": f"breakdown-{key}"}
+        if index == 0:
+            extra["group_title"] = f"Where a Sandbox's create time goes, {label}"
+        extra["label"] = legend
+        if index == 0:
+            extra["headline"] = True
         section.figure(
             f"create.{key}.{name}",
             title.format(label=label),
             "ms",
             [s[sample] for s in sandbox],
-            group=f"breakdown-{key}",
-            **({"group_title": f"Where a Sandbox's create time goes, {label}"} if first else {}),
-            label=legend,
-            **({"headline": True} if first else {}),
+            **extra,
         )
 
 

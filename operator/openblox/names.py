@@ -16,10 +16,16 @@ PLURAL: Final = "sandboxes"
 OPERATOR_NAMESPACE: Final = "openblox-system"
 PROFILES_CONFIGMAP: Final = "openblox-profiles"
 POOLS_CONFIGMAP: Final = "openblox-pools"
-FIELD_MANAGER: Final = "openblox-operator"
+# The command-line tool, and the name the client gives itself (its user agent, the MCP
+# server's name).
+COMMAND: Final = "openblox"
+# The operator: its Deployment and program, the user agent of its requests, the field
+# manager of what it writes.
+OPERATOR: Final = "openblox-operator"
+FIELD_MANAGER: Final = OPERATOR
 # The coordination.k8s.io Lease in OPERATOR_NAMESPACE whose holder is the one replica
 # that writes (reconciles, reaps, publishes); the others stand by with warm caches.
-LEADER_LEASE: Final = "openblox-operator"
+LEADER_LEASE: Final = OPERATOR
 
 LABEL_SANDBOX: Final = "openblox.sh/sandbox"
 LABEL_PROFILE: Final = "openblox.sh/profile"
@@ -47,8 +53,10 @@ ANNOTATION_BOUNDARY: Final = "openblox.sh/boundary"
 
 NETWORK_POLICY_NAME: Final = "openblox-default-deny"
 
+RUNTIME_CLASS_GVISOR: Final = "gvisor"
+RUNTIME_CLASS_KATA: Final = "kata"
 # Ordered weakest to strongest; runc is never approved for untrusted code.
-APPROVED_RUNTIME_CLASSES: Final = ("gvisor", "kata")
+APPROVED_RUNTIME_CLASSES: Final = (RUNTIME_CLASS_GVISOR, RUNTIME_CLASS_KATA)
 
 # Inside the sandbox pod: exec, file transfer and the conformance suite address these.
 CONTAINER_NAME: Final = "sandbox"

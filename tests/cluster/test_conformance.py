@@ -131,8 +131,13 @@ def test_a_property_that_cannot_run_fails_with_the_reason() -> None:
 
 def test_a_hung_property_is_cut_at_its_deadline() -> None:
     prop = replace(PROPERTIES[0], deadline_seconds=0.5)
+
+    def hangs(_: object) -> Verdict:
+        time.sleep(30)
+        return ok("never")
+
     started = time.monotonic()
-    status, evidence = _evaluate_with(lambda _: time.sleep(30) or ok("never"), prop)
+    status, evidence = _evaluate_with(hangs, prop)
     assert status is Status.FAIL and "deadline" in evidence
     assert time.monotonic() - started < 5
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import concurrent.futures
 import json
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -49,7 +49,8 @@ class Observed:
     """What the caller was told about one corpus entry."""
 
     entry: dict[str, Any]
-    records: list[dict[str, Any]] = field(default_factory=list)
+    # The client's records are `Denial`s; those read from Events and the status are JSON.
+    records: list[Mapping[str, Any]] = field(default_factory=list)
     how: str = "exec"
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -162,7 +163,7 @@ def _reaped(client: Client, kube: Kube, entry: dict[str, Any]) -> Observed:
         if event["type"] == "DELETED":
             break
     events = _denied_events(kube, client.namespace, sandbox.name)
-    records = list(events)
+    records: list[Mapping[str, Any]] = list(events)
     # The pod goes with its owner, in the background; the next exec finds it gone.
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
@@ -358,7 +359,7 @@ with urllib.request.urlopen(sys.argv[1], timeout=5) as response:
 """
 
 
-def adapt(record: dict[str, Any], data_dir: str) -> list[str]:
+def adapt(record: Mapping[str, Any], data_dir: str) -> list[str]:
     """What a model would do with the record: the network is off by policy (not flaky), so
     stop retrying the remote URL and serve the data from inside the sandbox on loopback."""
     assert record["denied"] == "network" and record["because"] == "egress=none"

@@ -167,7 +167,9 @@ def test_a_lifetime_longer_than_the_profile_allows_is_refused_at_admission(
     operator.apply(sandbox("keeps", sandboxes_ns))
     wait_reason(operator, "keeps", sandboxes_ns, "Ready")
 
-    result = operator.apply(sandbox("long", sandboxes_ns, **{field: 999_999}), check=False)
+    long = sandbox("long", sandboxes_ns)
+    long["spec"][field] = 999_999
+    result = operator.apply(long, check=False)
     assert result.returncode != 0
     assert "ValidatingAdmissionPolicy 'openblox-sandbox-profile'" in result.stderr
     assert f'spec.{field} is 999999s but profile "code-exec" allows at most' in result.stderr

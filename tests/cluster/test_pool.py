@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import secrets
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
@@ -57,7 +57,7 @@ def pools(kube: Kube, entries: dict[str, str]) -> Iterator[None]:
         set_pools(kube, dict.fromkeys(entries))
 
 
-def set_pools(kube: Kube, entries: dict[str, str | None]) -> None:
+def set_pools(kube: Kube, entries: Mapping[str, str | None]) -> None:
     kube.kubectl("patch", *POOLS, "--type=merge", "-p", json.dumps({"data": entries}))
 
 

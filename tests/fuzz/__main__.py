@@ -13,12 +13,17 @@ import platform
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path
 
 from tests.fuzz import edges, pure
 from tests.fuzz.runner import Surface, Tally, run_surface
+
+# One surface's run: its tally, the operator's crashes during it (None: not a cluster
+# surface), and the seconds it took.
+SurfaceRun = tuple[Surface, Tally, int | None, float]
 
 REPO = Path(__file__).resolve().parents[2]
 LOCK = "/tmp/openblox-cluster.lock"
@@ -65,15 +70,13 @@ def outcomes(surface: Surface, tally: Tally) -> str:
     return f"- **{surface.name}**: {surface.what}. {counted}."
 
 
-def run_cluster(
-    cases: int, seed: int, *, lock: bool
-) -> list[tuple[Surface, Tally, int | None, float]]:
+def run_cluster(cases: int, seed: int, *, lock: bool) -> list[SurfaceRun]:
     """The cluster surfaces, under the shared cluster's lock (held only for them)."""
     from openblox.conformance.kube import Kube
     from tests.fuzz import cluster
 
     kube = Kube.connect()
-    results = []
+    results: list[SurfaceRun] = []
     with open(LOCK, "a") as handle:  # noqa: PTH123
         if lock:
             fcntl.flock(handle, fcntl.LOCK_EX)
@@ -103,7 +106,7 @@ def main() -> None:
     out = Path(args.out)
     violations: list[str] = []
     if args.only != "cluster":
-        local = []
+        local: list[SurfaceRun] = []
         for surface in (*pure.SURFACES, *edges.SURFACES):
             # The supervisor runs a process per case: a tenth of the count.
             count = args.cases // 10 if surface is pure.SUPERVISOR else args.cases
@@ -135,9 +138,7 @@ TABLE_HEAD = (
 )
 
 
-def write_section(
-    out: Path, name: str, header: str, results: list[tuple[Surface, Tally, int | None, float]]
-) -> None:
+def write_section(out: Path, name: str, header: str, results: Sequence[SurfaceRun]) -> None:
     """Replace one generated part of the page, keeping the other."""
     table = "\n".join(row(*result) for result in results)
     detail = "\n".join(outcomes(surface, tally) for surface, tally, _, _ in results)

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from openblox.builders.pod import build_pod
 from openblox.client.errors import ExecTransportError
 from openblox.client.launch import SUPERVISOR_ARGV
-from openblox.client.supervised import _FrameDecoder
+from openblox.client.supervised import OutputChunk, _FrameDecoder
 from openblox.lifetime import compute_expiry, effective_lifetime
 from openblox.lifetime.reaping import find_expired
 from openblox.models import (
@@ -275,7 +275,7 @@ def check_frames(case: tuple[list[bytes], list[int], int]) -> str:
     frames, cuts, cap = case
     raw = b"".join(frames)
     decoder = _FrameDecoder(cap)
-    chunks = []
+    chunks: list[OutputChunk] = []
     position = 0
     try:
         for cut in [*cuts, len(raw)]:

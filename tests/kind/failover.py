@@ -35,7 +35,7 @@ def gvisor_worker(kube: Kube) -> str:
     """The worker with gVisor: the one node that can be lost with sandboxes on it (the
     control plane holds the API server; the other worker has no gVisor)."""
     found = [
-        n["metadata"]["name"]
+        str(n["metadata"]["name"])
         for n in nodes(kube)
         if n["metadata"].get("labels", {}).get(GVISOR_LABEL) == "true"
         and CONTROL_PLANE_LABEL not in n["metadata"].get("labels", {})
@@ -46,7 +46,7 @@ def gvisor_worker(kube: Kube) -> str:
 
 def control_plane(kube: Kube) -> str:
     [name] = [
-        n["metadata"]["name"]
+        str(n["metadata"]["name"])
         for n in nodes(kube)
         if CONTROL_PLANE_LABEL in n["metadata"].get("labels", {})
     ]
@@ -89,25 +89,21 @@ def leader_on(kube: Kube, target: str) -> tuple[str, str]:
             return holder, standby
         if where[standby] == target and where[holder] != target:
             kube.kubectl("delete", "pod", holder, "-n", SYSTEM, "--wait=false")
-            wait_for(
-                f"{standby} to take the Lease",
-                lambda taker=standby: _holder(kube)[0] == taker,
-                60,
-                0.5,
-            )
+
+            def took_the_lease(taker: str = standby) -> bool:
+                return _holder(kube)[0] == taker
+
+            wait_for(f"{standby} to take the Lease", took_the_lease, 60, 0.5)
             continue
         # Neither replica on the target, or both: move the standby.
         away = others if where[holder] != target else [target]
         with cordoned(kube, *away):
             kube.kubectl("delete", "pod", standby, "-n", SYSTEM, "--wait=false")
-            wait_for(
-                "the moved replica to run",
-                lambda moved=standby: (
-                    moved not in replica_nodes(kube) and len(replica_nodes(kube)) == 2
-                ),
-                120,
-                1,
-            )
+
+            def moved_and_running(moved: str = standby) -> bool:
+                return moved not in replica_nodes(kube) and len(replica_nodes(kube)) == 2
+
+            wait_for("the moved replica to run", moved_and_running, 120, 1)
             _two_replicas_one_holder(kube)
     raise AssertionError(f"could not put the Lease holder on {target}: {replica_nodes(kube)}")
 

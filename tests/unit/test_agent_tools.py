@@ -32,7 +32,7 @@ from openblox.agent_tools.shaping import (
 from openblox.agent_tools.stdio import config_from
 from openblox.cli.main import parser
 from openblox.client.processes import Process
-from openblox.denials import CATEGORIES
+from openblox.denials import CATEGORIES, Denial
 
 NETWORK_DENIAL = {
     "schema": "openblox.sh/denial/v1",
@@ -44,6 +44,7 @@ NETWORK_DENIAL = {
     "evidence": "OSError: [Errno 101] Network is unreachable",
     "inferred": False,
 }
+NETWORK = Denial.from_dict(NETWORK_DENIAL)
 
 
 @dataclass(frozen=True)
@@ -54,7 +55,7 @@ class Outcome:
     timed_out: bool = False
     truncated: bool = False
     duration: float = 0.123456
-    denials: tuple[dict[str, Any], ...] = field(default=())
+    denials: tuple[Denial, ...] = field(default=())
 
 
 # ---------------------------------------------------------------------------- shaping
@@ -69,7 +70,7 @@ def test_a_clean_run_has_its_output_as_text_and_no_notes() -> None:
 
 def test_a_denial_is_structured_and_its_note_says_what_to_do_instead() -> None:
     result = run_result(
-        Outcome(exit_code=1, stderr=b"OSError", denials=(NETWORK_DENIAL,)),
+        Outcome(exit_code=1, stderr=b"OSError", denials=(NETWORK,)),
         sandbox="mcp-1",
         timeout=60,
         cap=1024,
@@ -174,7 +175,7 @@ def test_logs_say_when_only_the_newest_part_is_shown_or_nothing_came_yet() -> No
 
 
 def test_an_error_with_a_record_carries_the_record_and_its_advice() -> None:
-    text = error_text("sandbox refused", NETWORK_DENIAL)
+    text = error_text("sandbox refused", NETWORK)
     lines = text.splitlines()
     assert lines[0] == "sandbox refused"
     assert lines[1].startswith("denied network")

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import logging
 from datetime import UTC, datetime, timedelta
 from typing import Any
+
+import pytest
 
 from openblox.client.limits import DEFAULT_PROCESS_CAP, ExecLimits
 from openblox.client.postmortem import (
@@ -16,6 +19,7 @@ from openblox.client.postmortem import (
     pod_sizes,
     status_denial,
 )
+from openblox.denials import Denial
 
 SINCE = datetime(2026, 12, 1, 12, 0, 0, tzinfo=UTC)
 NOW = SINCE + timedelta(seconds=5)
@@ -57,9 +61,9 @@ def test_an_oom_killed_container_is_a_memory_denial() -> None:
     )
     fate = pod_fate(pod, since=SINCE, profile="code-exec", now=NOW)
     assert fate.fate is Fate.ENDED
-    assert fate.denial is not None
-    assert fate.denial["denied"] == "memory"
-    assert fate.denial["profile"] == "code-exec"
+    assert isinstance(fate.denial, Denial)
+    assert fate.denial.denied == "memory"
+    assert fate.denial["profile"] == "code-exec"  # still read as the record, as callers did
 
 
 def test_a_pod_that_ended_for_no_policy_carries_no_denial() -> None:
@@ -78,26 +82,41 @@ def test_a_pod_without_a_creation_time_is_not_taken_for_a_replacement() -> None:
     assert not created_after(pod, SINCE)
 
 
-def test_only_a_status_denial_from_about_the_exec_on_counts() -> None:
-    def at(offset: float) -> dict[str, Any]:
-        moment = SINCE + timedelta(seconds=offset)
-        return {"denied": "memory", "at": moment.strftime("%Y-%m-%dT%H:%M:%SZ")}
+def _denial(at: datetime, evidence: str = "kubelet: OOMKilled") -> Denial:
+    return Denial("memory", "use more memory", "memory=512Mi", "code-exec", at, evidence, False)
 
+
+def at(offset: float) -> dict[str, Any]:
+    return _denial(SINCE + timedelta(seconds=offset)).to_dict()
+
+
+def test_only_a_status_denial_from_about_the_exec_on_counts() -> None:
     assert status_denial({"status": {"denials": [at(-60)]}}, SINCE) is None
-    assert status_denial({"status": {"denials": [at(-60), at(-1)]}}, SINCE) == at(-1)
-    assert status_denial({"status": {"denials": [{"denied": "x", "at": "garbage"}]}}, SINCE) is None
+    found = status_denial({"status": {"denials": [at(-60), at(-1)]}}, SINCE)
+    assert isinstance(found, Denial)
+    assert found == at(-1)
     assert status_denial(None, SINCE) is None
 
 
+def test_a_status_record_that_does_not_parse_is_skipped_with_a_log_line(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    garbage = {"denied": "x", "at": "garbage"}
+    with caplog.at_level(logging.WARNING, logger="openblox.client.postmortem"):
+        assert status_denial({"status": {"denials": [garbage]}}, SINCE) is None
+        assert status_denial({"status": {"denials": [garbage, at(1)]}}, SINCE) == at(1)
+    assert "the Sandbox's status" in caplog.text and "does not parse" in caplog.text
+
+
 def test_the_latest_recorded_denial_wins() -> None:
-    records = [{"at": "2026-12-01T11:00:00Z", "n": 1}, {"at": "2026-12-01T12:00:00Z", "n": 2}]
-    assert latest_denial(records) == records[1]
+    records = [_denial(SINCE, "first"), _denial(SINCE + timedelta(hours=1), "second")]
+    assert latest_denial(records) is records[1]
+    assert latest_denial(list(reversed(records))) is records[1]
     assert latest_denial([]) is None
 
 
 def test_messages_say_what_was_lost_and_what_the_exec_said() -> None:
-    record = {"denied": "memory", "because": "memory=512Mi"}
-    said = gone_message("ns", "box", record)
+    said = gone_message("ns", "box", _denial(SINCE))
     assert "denied memory (memory=512Mi)" in said and "files in /tmp and /workspace" in said
     assert gone_message("ns", "box", None) == "sandbox ns/box went away during the exec"
     status = b'{"status":"Failure","details":{"causes":[{"reason":"ExitCode","message":"2"}]}}'

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import base64
 import json
+import logging
+from datetime import UTC, datetime
 
 import pytest
 
@@ -11,21 +13,32 @@ from openblox.client.background import control_errors, control_failure, control_
 from openblox.client.errors import ExecTransportError, ProcessNotFound
 from openblox.client.postmortem import denial_records
 from openblox.client.preview import PreviewUnavailable, expiry, key_ring, signed_url
+from openblox.denials import Denial
 from openblox.preview.tokens import Grant, verify
 from openblox.transport import ERROR, STDERR, STDOUT, ExecOutput, ExecStreamError, Frame
 
 KEY = b"k" * 32
 
 
-def test_denial_records_keep_only_denials_from_event_messages() -> None:
-    record = {"denied": "memory", "because": "OOMKilled", "at": "2026-12-01T12:00:00Z"}
+def test_denial_records_keep_only_denials_from_event_messages(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    at = datetime(2026, 12, 1, 12, 0, 0, tzinfo=UTC)
+    denial = Denial("memory", "use more memory", "memory=512Mi", "p", at, "OOMKilled", False)
     events = [
-        {"message": json.dumps(record)},
+        {"message": json.dumps(denial.to_dict())},
         {"message": "Created pod"},
         {"message": json.dumps({"reason": "not a denial"})},
+        {"message": json.dumps({**denial.to_dict(), "denied": "weather"})},
         {},
     ]
-    assert denial_records(events) == [record]
+    with caplog.at_level(logging.WARNING, logger="openblox.client.postmortem"):
+        records = denial_records(events)
+    assert records == [denial]
+    assert all(isinstance(record, Denial) for record in records)
+    # A JSON message that is no record is skipped with a line that says why, not a crash.
+    assert caplog.text.count("a Denied Event") == 2
+    assert "'weather'" in caplog.text
 
 
 def test_control_failures_are_typed_from_the_exit_code() -> None:

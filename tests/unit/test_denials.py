@@ -136,17 +136,18 @@ def test_unknown_category_is_refused() -> None:
         Denial("nope", "a", "b", "p", NOW, "e", True)  # type: ignore[arg-type]
 
 
-def _record(n: int) -> dict[str, Any]:
-    return Denial("memory", "a", "b", "p", NOW.replace(minute=n), f"e{n}", False).to_dict()
+def _denial(n: int) -> Denial:
+    return Denial("memory", "a", "b", "p", NOW.replace(minute=n), f"e{n}", False)
 
 
 def test_merge_puts_new_first_keeps_old_in_place_and_bounds() -> None:
-    existing = [_record(2), _record(1)]
-    merged = merge_recent(existing, [_record(3), _record(4)])
+    existing = [_denial(2).to_dict(), _denial(1).to_dict()]
+    merged = merge_recent(existing, [_denial(3), _denial(4)])
     assert [r["evidence"] for r in merged] == ["e4", "e3", "e2", "e1"]
+    assert all(type(r) is dict for r in merged)  # the status patch holds plain JSON
     # The same fact seen again is one record, and the list does not change.
-    assert merge_recent(merged, [_record(3)]) == merged
-    many = merge_recent([], [_record(n) for n in range(30)])
+    assert merge_recent(merged, [_denial(3)]) == merged
+    many = merge_recent([], [_denial(n) for n in range(30)])
     assert len(many) == 20
     assert many[0]["evidence"] == "e29"
 
@@ -527,7 +528,7 @@ def test_admission_denial() -> None:
 
 
 def test_status_puts_observed_denials_first_and_keeps_earlier_ones() -> None:
-    earlier = _record(1)
+    earlier = _denial(1).to_dict()
     sandbox = make_sandbox(status={"denials": [earlier]})
     oom = pod_denial(OOM_POD, profile="code-exec", now=NOW)
     assert oom is not None

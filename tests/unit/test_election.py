@@ -7,6 +7,7 @@ tests/cluster/test_operator_failover.py.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -257,12 +258,13 @@ def test_a_guarded_client_refuses_a_write_before_sending_it() -> None:
         raise NotLeader("standby")
 
     guarded = kube.guarded(refuse)
-    for write in (
+    writes: tuple[Callable[[], object], ...] = (
         lambda: guarded.post("/api/v1/namespaces/x/pods", {}),
         lambda: guarded.put("/api/v1/namespaces/x", {}),
         lambda: guarded.patch("/api/v1/namespaces/x", {}),
         lambda: guarded.delete("/api/v1/namespaces/x/pods/p"),
-    ):
+    )
+    for write in writes:
         with pytest.raises(NotLeader):
             write()
     with pytest.raises(OSError):  # a read is not guarded: it goes out (and fails here)

@@ -25,6 +25,11 @@ def _container(pod: dict[str, Any]) -> dict[str, Any]:
     return container
 
 
+def _unconfined(pod: dict[str, Any]) -> None:
+    _container(pod)["securityContext"].update(seccompProfile={"type": "Unconfined"})
+    pod["spec"]["securityContext"].pop("seccompProfile")
+
+
 MUTATIONS: dict[str, Callable[[dict[str, Any]], None]] = {
     "runc": lambda p: p["spec"].update(runtimeClassName="runc"),
     "no runtime class": lambda p: p["spec"].pop("runtimeClassName"),
@@ -44,10 +49,7 @@ MUTATIONS: dict[str, Callable[[dict[str, Any]], None]] = {
     "a capability": lambda p: _container(p)["securityContext"]["capabilities"].update(
         add=["SYS_ADMIN"]
     ),
-    "unconfined": lambda p: [
-        _container(p)["securityContext"].update(seccompProfile={"type": "Unconfined"}),
-        p["spec"]["securityContext"].pop("seccompProfile"),
-    ],
+    "unconfined": _unconfined,
     "more cpu": lambda p: _container(p)["resources"]["limits"].update(cpu="64"),
     "no memory limit": lambda p: _container(p)["resources"]["limits"].pop("memory"),
     "disk scratch": lambda p: p["spec"]["volumes"][0]["emptyDir"].pop("medium"),

@@ -94,7 +94,11 @@ def test_pure_layers_import_nothing_that_does_io_or_talks_to_a_cluster(layer: st
 TRANSPORT_CORE = ("openblox.transport.errors", "openblox.transport.frames")
 PURE_MODULES = {
     "agent_tools/schemas.py": ("openblox.names",),
-    "agent_tools/shaping.py": ("openblox.names", "openblox.agent_tools.schemas"),
+    "agent_tools/shaping.py": (
+        "openblox.names",
+        "openblox.denials",
+        "openblox.agent_tools.schemas",
+    ),
     # The transport's I/O-free core, which an asyncio transport builds on as well.
     "transport/errors.py": (),
     "transport/frames.py": (),
@@ -102,7 +106,7 @@ PURE_MODULES = {
     "transport/credentials.py": ("openblox.timestamps", *TRANSPORT_CORE),
     # The client's pure parts: why an exec broke, when a Sandbox is ready, its limits.
     "client/postmortem.py": (*BASE, "openblox.denials", "openblox.transport.frames"),
-    "client/readiness.py": (),
+    "client/readiness.py": ("openblox.names",),
     "client/limits.py": (),
 }
 
@@ -188,7 +192,8 @@ def test_the_transport_loads_neither_the_kubernetes_package_nor_the_client() -> 
     assert violations == []
 
 
-TRANSPORT_ALLOWED = ("openblox.transport", "openblox.timestamps")
+# The base (names, timestamps): the client's name is its default user agent.
+TRANSPORT_ALLOWED = ("openblox.transport", *BASE)
 
 
 def test_the_checker_resolves_relative_imports() -> None:

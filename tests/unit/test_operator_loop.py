@@ -584,7 +584,7 @@ def test_a_probed_pod_carries_its_boundary_so_the_next_leader_does_not_probe_it(
     name = pod_name(sandbox)
     pod_path = f"/api/v1/namespaces/team-a/pods/{name}"
     ready = [{"type": "Ready", "status": "True"}, {"type": "ContainersReady", "status": "True"}]
-    pod = {
+    pod: dict[str, Any] = {
         "metadata": {
             "name": name,
             "namespace": "team-a",

@@ -200,7 +200,7 @@ def test_the_last_pod_lost_falls_back_to_a_cold_create() -> None:
     reconciler.reconcile(_cached(cache), "sandbox")
     calls = server.take()
     assert ("POST", PODS) in calls
-    assert cache.get("team-a", "demo").status["podName"] == "demo"  # type: ignore[union-attr]
+    assert cache.get("team-a", "demo").status["podName"] == "demo"
 
 
 def test_a_pod_handed_out_before_a_crash_is_adopted_not_doubled() -> None:
@@ -221,7 +221,7 @@ def test_a_pod_handed_out_before_a_crash_is_adopted_not_doubled() -> None:
     reconciler.reconcile(sandbox, "sandbox")
     calls = server.take()
     assert not any(m in ("PATCH", "POST") and t.startswith(PODS) for m, t in calls)
-    assert cache.get("team-a", "demo").status["podName"] == "warm.before"  # type: ignore[union-attr]
+    assert cache.get("team-a", "demo").status["podName"] == "warm.before"
 
 
 def test_a_stale_watch_event_never_gives_a_handed_out_pod_back_to_the_pool() -> None:

@@ -2,6 +2,7 @@
 a sandbox: `python3 -I -S -c <agent> PORT`, against a loopback listener this test starts."""
 
 import contextlib
+import io
 import socket
 import subprocess
 import sys
@@ -35,7 +36,9 @@ def test_the_agent_copies_bytes_both_ways_and_ends_with_its_stdin() -> None:
         writer = threading.Thread(target=agent.stdin.write, args=(payload,), daemon=True)
         writer.start()
         echoed = bytearray()
-        while len(echoed) < len(payload) and (data := agent.stdout.read1(65536)):
+        stdout = agent.stdout
+        assert isinstance(stdout, io.BufferedReader)  # what Popen gives when not unbuffered
+        while len(echoed) < len(payload) and (data := stdout.read1(65536)):
             echoed.extend(data)
         writer.join(10)
         agent.stdin.close()  # end of stdin ends the relay, as closing the tunnel does

@@ -65,7 +65,8 @@ def test_home_is_the_last_resort_and_nothing_at_all_says_so() -> None:
 PEM = b"-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"
 
 
-def _kubeconfig(server: str = "https://10.0.0.1:6443", **user: object) -> dict[str, object]:
+# `server` is positional-only, so no user field (`**user`) can be taken for it.
+def _kubeconfig(server: str = "https://10.0.0.1:6443", /, **user: object) -> dict[str, object]:
     return {
         "current-context": "main",
         "clusters": [
@@ -99,7 +100,7 @@ def test_a_kubeconfig_names_server_ca_token_and_namespace() -> None:
 
 def test_merging_keeps_the_first_of_each_name_and_the_first_current_context() -> None:
     first = {"clusters": [{"name": "c", "cluster": {"server": "https://first"}}]}
-    second = _kubeconfig(server="https://second")
+    second = _kubeconfig("https://second")
     merged = merge_kubeconfigs([("/one/config", first), ("/two/config", second)])
     credentials = kubeconfig_credentials(merged, None, "both")
     assert credentials.server == "https://first"
@@ -170,12 +171,12 @@ def test_an_exec_credential_gives_its_token_and_expiry() -> None:
 def test_discovery_applies_the_order_to_real_files(tmp_path: Path) -> None:
     home, service_account = tmp_path / "home", tmp_path / "sa"
     (home / ".kube").mkdir(parents=True)
-    (home / ".kube" / "config").write_text(yaml.safe_dump(_kubeconfig(server="https://home")))
+    (home / ".kube" / "config").write_text(yaml.safe_dump(_kubeconfig("https://home")))
     service_account.mkdir()
     (service_account / "token").write_text("sa-token\n")
     (service_account / "namespace").write_text("tenant\n")
     env_config = tmp_path / "env-config"
-    env_config.write_text(yaml.safe_dump(_kubeconfig(server="https://env")))
+    env_config.write_text(yaml.safe_dump(_kubeconfig("https://env")))
     pod = {"KUBERNETES_SERVICE_HOST": "fd00::1", "KUBERNETES_SERVICE_PORT": "443"}
 
     def found(**environ: str) -> tuple[str, str]:

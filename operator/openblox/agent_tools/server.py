@@ -62,7 +62,7 @@ from openblox.client import (
     SandboxNotReady,
     SandboxTimeout,
 )
-from openblox.names import WORKSPACE_DIR
+from openblox.names import COMMAND, WORKSPACE_DIR
 from openblox.transport import ApiError
 
 T = TypeVar("T")
@@ -81,7 +81,7 @@ DESTRUCTIVE = ToolAnnotations(read_only_hint=False, destructive_hint=True, open_
 
 def build_server(session: SandboxSession) -> MCPServer[None]:
     """The MCP server for one session; the session's sandbox is made on first use."""
-    server: MCPServer[None] = MCPServer("openblox", instructions=INSTRUCTIONS)
+    server: MCPServer[None] = MCPServer(COMMAND, instructions=INSTRUCTIONS)
 
     async def call(work: Callable[[], T]) -> T:
         try:

@@ -12,6 +12,7 @@ import threading
 from dataclasses import dataclass
 
 from openblox.client import Client, Sandbox, SandboxGone
+from openblox.client.errors import denial_of
 
 
 @dataclass(frozen=True)
@@ -94,7 +95,7 @@ class SandboxSession:
                 return
             self._sandbox = None
             self._made.discard(sandbox.name)
-        record = getattr(error, "record", None)
+        record = denial_of(error)
         raise SandboxReaped(
             f"the session's sandbox {sandbox.name} no longer exists (reaped when idle or at "
             "its max age, or deleted); its files and processes are lost. The next call "

@@ -22,6 +22,7 @@ from openblox.agent_tools.schemas import (
     ProcessLogs,
     RunResult,
 )
+from openblox.denials import Denial as DenialRecord
 from openblox.names import WORKSPACE_DIR
 
 # What to do instead of retrying, for each category of docs/denials.md.
@@ -64,14 +65,13 @@ class ExecLike(Protocol):
     @property
     def duration(self) -> float: ...
     @property
-    def denials(self) -> Sequence[Mapping[str, Any]]: ...
+    def denials(self) -> Sequence[DenialRecord]: ...
 
 
-def denial_note(record: Mapping[str, Any]) -> str:
-    category = str(record.get("denied", ""))
-    attempted = f" {record['attempted']}" if record.get("attempted") else ""
-    advice = DENIAL_ADVICE.get(category, "a policy of the sandbox refused this")
-    return f"denied {category}{attempted} ({record.get('because', '')}): {advice}"
+def denial_note(record: DenialRecord) -> str:
+    attempted = f" {record.attempted}" if record.attempted else ""
+    advice = DENIAL_ADVICE.get(record.denied, "a policy of the sandbox refused this")
+    return f"denied {record.denied}{attempted} ({record.because}): {advice}"
 
 
 def run_result(result: ExecLike, *, sandbox: str, timeout: float, cap: int) -> RunResult:
@@ -95,7 +95,7 @@ def run_result(result: ExecLike, *, sandbox: str, timeout: float, cap: int) -> R
         stdout=result.stdout.decode("utf-8", "replace"),
         stderr=result.stderr.decode("utf-8", "replace"),
         duration_seconds=round(result.duration, 4),
-        denials=[Denial.model_validate(dict(record)) for record in result.denials],
+        denials=[Denial.model_validate(record.to_dict()) for record in result.denials],
         notes=notes,
         sandbox=sandbox,
     )
@@ -173,8 +173,9 @@ def process_logs(name: str, stream: str, data: bytes, limit: int) -> ProcessLogs
     )
 
 
-def error_text(message: str, record: Mapping[str, Any] | None = None) -> str:
+def error_text(message: str, record: DenialRecord | None = None) -> str:
     """A tool error's text: what happened, then the denial record and its advice, if any."""
-    if not record:
+    if record is None:
         return message
-    return f"{message}\n{denial_note(record)}\ndenial: {json.dumps(dict(record), sort_keys=True)}"
+    wire = json.dumps(record.to_dict(), sort_keys=True)
+    return f"{message}\n{denial_note(record)}\ndenial: {wire}"

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from openblox.models.profile import Profile
-from openblox.names import FIELD_MANAGER, OPERATOR_NAMESPACE
+from openblox.names import FIELD_MANAGER, LABEL_MANAGED_BY, OPERATOR_NAMESPACE
 
 ADMISSION_CONFIGMAP = "openblox-profile-admission"
 ALL_OPTED_IN = "*"
@@ -48,7 +48,7 @@ def build_admission_configmap(profiles: Mapping[str, Profile]) -> dict[str, Any]
         "metadata": {
             "name": ADMISSION_CONFIGMAP,
             "namespace": OPERATOR_NAMESPACE,
-            "labels": {"app.kubernetes.io/managed-by": FIELD_MANAGER},
+            "labels": {LABEL_MANAGED_BY: FIELD_MANAGER},
         },
         "data": {name: admission_entry(profile) for name, profile in sorted(profiles.items())},
     }

@@ -14,7 +14,10 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from openblox.client import Client, ExecResult, OpenbloxClientError, Sandbox
+from openblox.client.errors import denial_of
 from openblox.client.processes import LOG_BYTES
+from openblox.denials import Denial
+from openblox.names import COMMAND, ConditionType
 from openblox.transport import ApiError, CredentialsError
 
 
@@ -54,7 +57,7 @@ def _emit_exec(result: ExecResult, as_json: bool) -> int:
                     "duration": round(result.duration, 4),
                     "stdout": result.stdout.decode("utf-8", "replace"),
                     "stderr": result.stderr.decode("utf-8", "replace"),
-                    "denials": list(result.denials),
+                    "denials": [denial.to_dict() for denial in result.denials],
                 }
             )
         )
@@ -71,8 +74,7 @@ def _emit_exec(result: ExecResult, as_json: bool) -> int:
             )
         for denial in result.denials:
             print(
-                f"openblox: denied {denial.get('denied')}: {denial.get('attempted')} "
-                f"({denial.get('because')})",
+                f"openblox: denied {denial.denied}: {denial.attempted} ({denial.because})",
                 file=sys.stderr,
             )
     return result.exit_code
@@ -108,7 +110,12 @@ def cmd_ls(client: Client, args: argparse.Namespace) -> int:
     rows = []
     for sandbox in client.list():
         ready: dict[str, Any] = next(
-            (c for c in sandbox.status.get("conditions") or [] if c.get("type") == "Ready"), {}
+            (
+                c
+                for c in sandbox.status.get("conditions") or []
+                if c.get("type") == ConditionType.READY
+            ),
+            {},
         )
         rows.append(
             {
@@ -314,7 +321,7 @@ def _add_mcp(sub: Any) -> None:
 
 
 def parser() -> argparse.ArgumentParser:
-    top = argparse.ArgumentParser(prog="openblox", description=__doc__)
+    top = argparse.ArgumentParser(prog=COMMAND, description=__doc__)
     top.add_argument("-n", "--namespace", help="namespace (default: the kubeconfig's)")
     top.add_argument("--kubeconfig")
     top.add_argument("--json", action="store_true", help="machine-readable output")
@@ -370,7 +377,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         client = Client(args.namespace, kubeconfig=args.kubeconfig)
         sys.exit(args.handler(client, args))
     except OpenbloxClientError as error:
-        _fail(args, type(error).__name__, str(error), getattr(error, "record", None))
+        _fail(args, type(error).__name__, str(error), denial_of(error))
     except (CredentialsError, FileNotFoundError) as error:
         _fail(args, "ConfigError", f"cannot load the kubeconfig: {error}")
     except ApiError as error:
@@ -380,10 +387,11 @@ def main(argv: Sequence[str] | None = None) -> None:
 
 
 def _fail(
-    args: argparse.Namespace, kind: str, message: str, record: dict[str, Any] | None = None
+    args: argparse.Namespace, kind: str, message: str, record: Denial | None = None
 ) -> NoReturn:
     if args.json:
-        print(json.dumps({"error": kind, "message": message, "denial": record}))
+        denial = record.to_dict() if record is not None else None
+        print(json.dumps({"error": kind, "message": message, "denial": denial}))
     else:
         print(f"openblox: {message}", file=sys.stderr)
     sys.exit(2)

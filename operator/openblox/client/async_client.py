@@ -33,7 +33,7 @@ from openblox.client.errors import (
 from openblox.client.readiness import TERMINAL_REASONS, ready_condition, settled
 from openblox.client.sync import ADMISSION_PROFILES
 from openblox.denials import admission_denial
-from openblox.names import GROUP, VERSION
+from openblox.names import GROUP, KIND, VERSION
 from openblox.transport import BadRequest, Conflict, Forbidden, Invalid, Session
 
 __all__ = ["AsyncClient", "AsyncExecStream", "AsyncFiles", "AsyncSandbox"]
@@ -86,7 +86,7 @@ class AsyncClient:
             spec["maxAgeSeconds"] = max_age_seconds
         body = {
             "apiVersion": f"{GROUP}/{VERSION}",
-            "kind": "Sandbox",
+            "kind": KIND,
             "metadata": {"name": name, "namespace": namespace},
             "spec": spec,
         }
@@ -105,10 +105,8 @@ class AsyncClient:
                 ) from error
             created = existing
         except (BadRequest, Forbidden, Invalid) as error:
-            record = admission_denial(
-                profile, error.message or error.reason, datetime.now(UTC)
-            ).to_dict()
-            raise AdmissionDenied(f"sandbox refused: {record['because']}", record) from error
+            record = admission_denial(profile, error.message or error.reason, datetime.now(UTC))
+            raise AdmissionDenied(f"sandbox refused: {record.because}", record) from error
         ready = await self._wait_ready(namespace, name, created, timeout)
         return AsyncSandbox(self._cluster, ready)
 

@@ -16,6 +16,7 @@ from openblox.client.cluster import SYSTEM_NAMESPACE, sandboxes_path
 from openblox.client.errors import ExecTransportError, SandboxGone
 from openblox.client.launch import SUPERVISOR_ARGV
 from openblox.client.postmortem import denial_records
+from openblox.denials import Denial
 from openblox.names import CONTAINER_NAME, Reason
 from openblox.transport import ExecStreamError, Gone, NotFound, Session, path
 from openblox.transport.aio_api import AsyncApi
@@ -88,7 +89,7 @@ class AsyncCluster:
         except NotFound:
             return None
 
-    async def recorded_denials(self, namespace: str, uid: str) -> list[dict[str, Any]]:
+    async def recorded_denials(self, namespace: str, uid: str) -> list[Denial]:
         events = await self.api.get(
             path(plural="events", namespace=namespace),
             fieldSelector=f"involvedObject.uid={uid},reason={Reason.DENIED}",

@@ -14,6 +14,7 @@ from typing import Any, Protocol
 from openblox.client.errors import FileOperationError
 from openblox.client.files import DEFAULT_READ_LIMIT
 from openblox.client.results import ExecResult
+from openblox.names import WORKSPACE_DIR
 
 
 class AsyncHelperRunner(Protocol):
@@ -44,7 +45,7 @@ class AsyncFiles:
             raise FileOperationError(path, f"larger than the read limit of {limit} bytes")
         return result.stdout
 
-    async def list(self, path: str = "/workspace") -> builtins.list[dict[str, Any]]:
+    async def list(self, path: str = WORKSPACE_DIR) -> builtins.list[dict[str, Any]]:
         result = self._check(await self._helper("list", path), path)
         return [json.loads(line) for line in result.stdout.splitlines() if line]
 

@@ -58,8 +58,8 @@ from openblox.client.preview import (
 )
 from openblox.client.processes import LOG_BYTES, Process, check_process_name
 from openblox.client.results import ExecResult
-from openblox.denials import ExecOutcome, Policy, classify_exec, scratch_mounted_noexec
-from openblox.names import ANNOTATION_LAST_ACTIVITY
+from openblox.denials import Denial, ExecOutcome, Policy, classify_exec, scratch_mounted_noexec
+from openblox.names import ANNOTATION_LAST_ACTIVITY, Reason
 from openblox.preview.keys import SECRET_NAME
 from openblox.preview.tokens import MAX_TTL_SECONDS, Grant
 from openblox.timestamps import format_timestamp
@@ -100,7 +100,9 @@ class AsyncSandbox:
         name = self.status.get("podName")
         if not name:
             raise SandboxNotReady(
-                self.name, "PodNotCreated", "the operator has not reported a pod (status.podName)"
+                self.name,
+                Reason.POD_NOT_CREATED,
+                "the operator has not reported a pod (status.podName)",
             )
         return str(name)
 
@@ -232,7 +234,7 @@ class AsyncSandbox:
             if record is None:
                 raise
             raise SandboxGone(
-                f"{error}: denied {record['denied']} ({record['because']})", record
+                f"{error}: denied {record.denied} ({record.because})", record
             ) from error
         return _AsyncSupervisedRun(
             socket,
@@ -247,7 +249,7 @@ class AsyncSandbox:
             started_at=started_at,
         )
 
-    async def _last_denial(self) -> dict[str, Any] | None:
+    async def _last_denial(self) -> Denial | None:
         uid = self._body["metadata"].get("uid")
         if not uid:
             return None
@@ -275,7 +277,7 @@ class AsyncSandbox:
             outcome.timed_out,
             outcome.truncated,
             duration,
-            tuple(d.to_dict() for d in denials),
+            tuple(denials),
         )
 
     async def _scratch_noexec(self, writable: Sequence[str]) -> bool:
@@ -323,7 +325,7 @@ class AsyncSandbox:
                 raise ExecTransportError(postmortem.no_verdict_message(status, diagnostics))
             await asyncio.sleep(0.25)
 
-    def _raise_gone(self, record: dict[str, Any] | None) -> NoReturn:
+    def _raise_gone(self, record: Denial | None) -> NoReturn:
         raise SandboxGone(postmortem.gone_message(self.namespace, self.name, record), record)
 
     async def _record_activity(self) -> None:

@@ -13,7 +13,8 @@ from typing import Any
 
 from openblox.client.errors import ExecTransportError, SandboxGone
 from openblox.client.postmortem import denial_records
-from openblox.names import CONTAINER_NAME, GROUP, PLURAL, VERSION, Reason
+from openblox.denials import Denial
+from openblox.names import CONTAINER_NAME, GROUP, OPERATOR_NAMESPACE, PLURAL, VERSION, Reason
 from openblox.transport import (
     Api,
     ExecSocket,
@@ -24,7 +25,7 @@ from openblox.transport import (
     path,
 )
 
-SYSTEM_NAMESPACE = "openblox-system"
+SYSTEM_NAMESPACE = OPERATOR_NAMESPACE
 
 
 def sandboxes_path(namespace: str, name: str | None = None) -> str:
@@ -95,7 +96,7 @@ class Cluster:
         except NotFound:
             return None
 
-    def recorded_denials(self, namespace: str, uid: str) -> list[dict[str, Any]]:
+    def recorded_denials(self, namespace: str, uid: str) -> list[Denial]:
         """The denial records of the `Denied` Events the operator wrote on the Sandbox `uid`."""
         events = self.api.get(
             path(plural="events", namespace=namespace),

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from openblox.denials import Denial
 
 
 class OpenbloxClientError(Exception):
@@ -36,7 +36,7 @@ class SandboxGone(OpenbloxClientError):
     denial, in the shape of docs/denials.md; otherwise None.
     """
 
-    def __init__(self, message: str, record: dict[str, Any] | None = None) -> None:
+    def __init__(self, message: str, record: Denial | None = None) -> None:
         super().__init__(message)
         self.record = record
 
@@ -44,7 +44,7 @@ class SandboxGone(OpenbloxClientError):
 class AdmissionDenied(OpenbloxClientError):
     """The API server refused the Sandbox (an unknown or disallowed profile, a bad field)."""
 
-    def __init__(self, message: str, record: dict[str, Any]) -> None:
+    def __init__(self, message: str, record: Denial) -> None:
         super().__init__(message)
         self.record = record
 
@@ -72,3 +72,8 @@ class InvalidArgument(OpenbloxClientError, ValueError):
 class ProcessNotFound(OpenbloxClientError, LookupError):
     """No background command by that name was ever started in this sandbox (or its pod
     was replaced since, which loses them)."""
+
+
+def denial_of(error: BaseException) -> Denial | None:
+    """The denial record an error carries (`SandboxGone`, `AdmissionDenied`), or None."""
+    return error.record if isinstance(error, SandboxGone | AdmissionDenied) else None

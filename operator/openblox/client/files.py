@@ -14,6 +14,7 @@ from typing import Any, Protocol
 
 from openblox.client.errors import FileOperationError
 from openblox.client.results import ExecResult
+from openblox.names import WORKSPACE_DIR
 
 # Files move through the exec stream, not the command output cap; this bounds memory.
 DEFAULT_READ_LIMIT = 256 * 1024 * 1024
@@ -47,7 +48,7 @@ class Files:
             raise FileOperationError(path, f"larger than the read limit of {limit} bytes")
         return result.stdout
 
-    def list(self, path: str = "/workspace") -> builtins.list[dict[str, Any]]:
+    def list(self, path: str = WORKSPACE_DIR) -> builtins.list[dict[str, Any]]:
         result = self._check(self._helper("list", path), path)
         return [json.loads(line) for line in result.stdout.splitlines() if line]
 

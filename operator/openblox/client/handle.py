@@ -39,8 +39,8 @@ from openblox.client.postmortem import Fate
 from openblox.client.processes import LOG_BYTES, Process, check_process_name
 from openblox.client.results import ExecResult
 from openblox.client.supervised import ExecStream, _SupervisedRun
-from openblox.denials import ExecOutcome, Policy, classify_exec, scratch_mounted_noexec
-from openblox.names import ANNOTATION_LAST_ACTIVITY
+from openblox.denials import Denial, ExecOutcome, Policy, classify_exec, scratch_mounted_noexec
+from openblox.names import ANNOTATION_LAST_ACTIVITY, Reason
 from openblox.timestamps import format_timestamp
 from openblox.transport import ApiError, ExecSocket
 
@@ -85,7 +85,9 @@ class Sandbox:
         name = self.status.get("podName")
         if not name:
             raise SandboxNotReady(
-                self.name, "PodNotCreated", "the operator has not reported a pod (status.podName)"
+                self.name,
+                Reason.POD_NOT_CREATED,
+                "the operator has not reported a pod (status.podName)",
             )
         return str(name)
 
@@ -214,7 +216,7 @@ class Sandbox:
             if record is None:
                 raise
             raise SandboxGone(
-                f"{error}: denied {record['denied']} ({record['because']})", record
+                f"{error}: denied {record.denied} ({record.because})", record
             ) from error
         return _SupervisedRun(
             socket,
@@ -229,7 +231,7 @@ class Sandbox:
             fallback=python_instead if native else None,
         )
 
-    def _last_denial(self) -> dict[str, Any] | None:
+    def _last_denial(self) -> Denial | None:
         """The latest denial the operator recorded as an Event on this Sandbox.
 
         Events outlive the Sandbox (an hour by default), so a caller whose sandbox was
@@ -263,7 +265,7 @@ class Sandbox:
             outcome.timed_out,
             outcome.truncated,
             duration,
-            tuple(d.to_dict() for d in denials),
+            tuple(denials),
         )
 
     def _scratch_noexec(self, writable: Sequence[str]) -> bool:
@@ -316,7 +318,7 @@ class Sandbox:
                 raise ExecTransportError(postmortem.no_verdict_message(status, diagnostics))
             time.sleep(0.25)
 
-    def _raise_gone(self, record: dict[str, Any] | None) -> NoReturn:
+    def _raise_gone(self, record: Denial | None) -> NoReturn:
         raise SandboxGone(postmortem.gone_message(self.namespace, self.name, record), record)
 
     def _record_activity(self) -> None:

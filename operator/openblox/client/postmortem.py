@@ -10,13 +10,14 @@ or is still running (then the stream itself broke, and what the command did is u
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import Enum
 from typing import Any
 
-from openblox.denials import pod_denial
+from openblox.denials import Denial, InvalidDenial, pod_denial
 from openblox.names import CONTAINER_NAME
 from openblox.timestamps import parse_optional_timestamp
 from openblox.transport.frames import exit_code_from_status
@@ -24,6 +25,8 @@ from openblox.transport.frames import exit_code_from_status
 # A status denial this long before the exec started may still be what ended it (the two
 # clocks, the client's and the operator's, are not the same clock).
 CLOCK_SLACK = timedelta(seconds=2)
+
+logger = logging.getLogger(__name__)
 
 
 class Fate(Enum):
@@ -35,7 +38,7 @@ class Fate(Enum):
 @dataclass(frozen=True)
 class PodFate:
     fate: Fate
-    denial: dict[str, Any] | None = None
+    denial: Denial | None = None
 
 
 def pod_fate(
@@ -50,8 +53,7 @@ def pod_fate(
         for entry in status.get("containerStatuses") or []
     )
     if ended:
-        denial = pod_denial(pod, profile=profile, now=now)
-        return PodFate(Fate.ENDED, denial.to_dict() if denial else None)
+        return PodFate(Fate.ENDED, pod_denial(pod, profile=profile, now=now))
     if (pod.get("metadata") or {}).get("deletionTimestamp") is not None:
         return PodFate(Fate.REPLACED)
     return PodFate(Fate.RUNNING)
@@ -63,40 +65,52 @@ def created_after(pod: Mapping[str, Any], since: datetime) -> bool:
     return created is not None and created > since
 
 
-def status_denial(sandbox: Mapping[str, Any] | None, since: datetime) -> dict[str, Any] | None:
+def parsed_denial(record: object, where: str) -> Denial | None:
+    """A record read back from the API server, or None (and a log line) if it is not one:
+    what someone else wrote there must not turn a caller's exec into a crash."""
+    try:
+        return Denial.from_dict(record)
+    except InvalidDenial as error:
+        logger.warning("skipping a denial record in %s that does not parse: %s", where, error)
+        return None
+
+
+def status_denial(sandbox: Mapping[str, Any] | None, since: datetime) -> Denial | None:
     """A denial the operator recorded in the Sandbox's status since `since`, if any."""
     for record in ((sandbox or {}).get("status") or {}).get("denials") or []:
-        at = parse_optional_timestamp(record.get("at"))
-        if at is not None and at >= since - CLOCK_SLACK:
-            return dict(record)
+        denial = parsed_denial(record, "the Sandbox's status")
+        if denial is not None and denial.at >= since - CLOCK_SLACK:
+            return denial
     return None
 
 
-def denial_records(events: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """The denial records in `Denied` Events' messages (JSON); other messages are skipped."""
+def denial_records(events: Sequence[Mapping[str, Any]]) -> list[Denial]:
+    """The denial records in `Denied` Events' messages (JSON); a message that is not JSON
+    is not a record and is passed over, one that is JSON but no record is logged too."""
     records = []
     for event in events:
         try:
             record = json.loads(event.get("message") or "")
         except ValueError:
             continue
-        if isinstance(record, dict) and "denied" in record:
-            records.append(record)
+        denial = parsed_denial(record, "a Denied Event")
+        if denial is not None:
+            records.append(denial)
     return records
 
 
-def latest_denial(records: list[dict[str, Any]]) -> dict[str, Any] | None:
+def latest_denial(records: Sequence[Denial]) -> Denial | None:
     """The most recent of the denial records (by their `at`), or None."""
-    return max(records, key=lambda record: str(record.get("at", "")), default=None)
+    return max(records, key=lambda record: record.at, default=None)
 
 
-def gone_message(namespace: str, name: str, record: Mapping[str, Any] | None) -> str:
+def gone_message(namespace: str, name: str, record: Denial | None) -> str:
     where = f"sandbox {namespace}/{name}"
     if record is None:
         return f"{where} went away during the exec"
     return (
-        f"{where} was stopped during the exec: denied {record['denied']} "
-        f"({record['because']}); its pod is replaced and files in /tmp and /workspace "
+        f"{where} was stopped during the exec: denied {record.denied} "
+        f"({record.because}); its pod is replaced and files in /tmp and /workspace "
         "are lost"
     )
 

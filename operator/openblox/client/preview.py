@@ -24,7 +24,8 @@ from openblox.preview.tokens import MAX_TTL_SECONDS, Grant, sign
 from openblox.transport import ApiError
 
 CONFIG_MAP = "openblox-preview"
-DEFAULT_BASE_URL = "http://openblox-preview.openblox-system.svc"
+PREVIEW_SERVICE = "openblox-preview"  # the proxy's Service (manifests/preview.yaml)
+DEFAULT_BASE_URL = f"http://{PREVIEW_SERVICE}.{SYSTEM_NAMESPACE}.svc"
 DEFAULT_TTL_SECONDS = 3600
 
 

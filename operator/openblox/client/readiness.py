@@ -5,25 +5,27 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from openblox.names import ConditionType, Reason
+
 # Reasons a Sandbox will not get past by waiting: the caller hears at once.
 TERMINAL_REASONS = frozenset(
     {
-        "ProfileNotFound",
-        "ProfileNotAllowed",
-        "ProfileInvalid",
-        "LifetimeTooLong",
-        "SandboxInvalid",
-        "RuntimeUnavailable",
-        "BoundaryMismatch",
-        "PodConflict",
-        "Expired",
+        Reason.PROFILE_NOT_FOUND,
+        Reason.PROFILE_NOT_ALLOWED,
+        Reason.PROFILE_INVALID,
+        Reason.LIFETIME_TOO_LONG,
+        Reason.SANDBOX_INVALID,
+        Reason.RUNTIME_UNAVAILABLE,
+        Reason.BOUNDARY_MISMATCH,
+        Reason.POD_CONFLICT,
+        Reason.EXPIRED,
     }
 )
 
 
 def ready_condition(body: Mapping[str, Any]) -> Mapping[str, Any] | None:
     for condition in (body.get("status") or {}).get("conditions") or []:
-        if condition.get("type") == "Ready":
+        if condition.get("type") == ConditionType.READY:
             return dict(condition)
     return None
 

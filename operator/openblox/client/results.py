@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+
+from openblox.denials import Denial
 
 
 @dataclass(frozen=True)
@@ -14,7 +15,7 @@ class ExecResult:
     timed_out: bool
     truncated: bool
     duration: float
-    denials: tuple[dict[str, Any], ...] = field(default=())
+    denials: tuple[Denial, ...] = field(default=())
 
     @property
     def ok(self) -> bool:

@@ -29,7 +29,7 @@ from openblox.client.handle import Sandbox
 from openblox.client.launch import SUPERVISOR_ARGV
 from openblox.client.readiness import TERMINAL_REASONS, ready_condition, settled
 from openblox.denials import admission_denial
-from openblox.names import GROUP, VERSION
+from openblox.names import GROUP, KIND, VERSION
 from openblox.transport import BadRequest, Conflict, Forbidden, Invalid, Session
 
 # Kept importable from here, where they were defined before the client was split.
@@ -76,7 +76,7 @@ class Client:
             spec["maxAgeSeconds"] = max_age_seconds
         body = {
             "apiVersion": f"{GROUP}/{VERSION}",
-            "kind": "Sandbox",
+            "kind": KIND,
             "metadata": {"name": name, "namespace": namespace},
             "spec": spec,
         }
@@ -95,10 +95,8 @@ class Client:
                 ) from error
             created = existing
         except (BadRequest, Forbidden, Invalid) as error:
-            record = admission_denial(
-                profile, error.message or error.reason, datetime.now(UTC)
-            ).to_dict()
-            raise AdmissionDenied(f"sandbox refused: {record['because']}", record) from error
+            record = admission_denial(profile, error.message or error.reason, datetime.now(UTC))
+            raise AdmissionDenied(f"sandbox refused: {record.because}", record) from error
         return Sandbox(self._cluster, self._wait_ready(namespace, name, created, timeout))
 
     def _wait_ready(

@@ -21,12 +21,13 @@ from kubernetes.client.exceptions import ApiException
 
 from openblox.conformance.backend import ExecOutcome
 from openblox.kubernetes_configuration import kubernetes_configuration
+from openblox.names import GROUP
 from openblox.transport import ExecOutput, ExecSocket, ExecStreamError, Session
 from openblox.transport.discovery import standard_credentials_exist
 
 # The embedded cluster's kubeconfig: used when nothing else is configured.
 EMBEDDED_KUBECONFIG = Path("/var/lib/openblox/cluster/admin.kubeconfig")
-SUITE_LABEL = "openblox.sh/conformance-run"
+SUITE_LABEL = f"{GROUP}/conformance-run"
 PART_OF = {"app.kubernetes.io/part-of": "openblox-conformance"}
 RAW_OUTPUT_CAP = 16 << 20
 

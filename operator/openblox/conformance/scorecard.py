@@ -15,8 +15,9 @@ from pathlib import Path
 from typing import Any
 
 from openblox.conformance.properties import BY_ID, PROPERTIES, Category
+from openblox.names import GROUP
 
-SCHEMA = "openblox.sh/conformance-scorecard/v1"
+SCHEMA = f"{GROUP}/conformance-scorecard/v1"
 CELL_LIMIT = 300
 
 

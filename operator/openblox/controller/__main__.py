@@ -20,10 +20,11 @@ import kopf  # noqa: E402
 from prometheus_client import start_http_server  # noqa: E402
 
 import openblox.controller.handlers  # noqa: E402, F401  (registers the handlers)
+from openblox.names import OPERATOR  # noqa: E402
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(prog="openblox-operator")
+    parser = argparse.ArgumentParser(prog=OPERATOR)
     parser.add_argument(
         "--liveness",
         default="http://0.0.0.0:8080/healthz",

@@ -13,7 +13,7 @@ from openblox.controller.election import NotLeader
 from openblox.controller.kube import Kube, path
 from openblox.denials import Denial
 from openblox.models import Sandbox, format_micro_timestamp
-from openblox.names import API_VERSION, FIELD_MANAGER, KIND, Reason
+from openblox.names import API_VERSION, FIELD_MANAGER, GROUP, KIND, Reason
 
 log = logging.getLogger(__name__)
 
@@ -56,7 +56,7 @@ class EventRecorder:
             "message": message[:1024],
             "type": "Warning" if warning else "Normal",
             "source": {"component": FIELD_MANAGER},
-            "reportingComponent": f"openblox.sh/{FIELD_MANAGER}",
+            "reportingComponent": f"{GROUP}/{FIELD_MANAGER}",
             "reportingInstance": self._instance,
             "firstTimestamp": now,
             "lastTimestamp": now,

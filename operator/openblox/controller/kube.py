@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from openblox.names import GROUP, PLURAL, VERSION
+from openblox.names import GROUP, OPERATOR, PLURAL, VERSION
 from openblox.transport import (
     MERGE_PATCH,
     STRATEGIC_MERGE_PATCH,
@@ -63,7 +63,7 @@ class Kube(Api):
         self, credentials: Credentials | Session, write_guard: Callable[[], None] | None = None
     ) -> None:
         session = credentials if isinstance(credentials, Session) else Session(credentials)
-        super().__init__(session, write_guard, user_agent="openblox-operator")
+        super().__init__(session, write_guard, user_agent=OPERATOR)
 
     @classmethod
     def connect(cls) -> Kube:

@@ -9,6 +9,7 @@ from collections.abc import Iterable, Mapping
 from prometheus_client import Counter, Gauge, Histogram
 
 from openblox.models import Sandbox
+from openblox.names import ConditionType
 
 SANDBOXES = Gauge(
     "openblox_sandboxes",
@@ -43,7 +44,7 @@ _gauge_labels: set[tuple[str, str]] = set()
 def ready_of(conditions: Iterable[Mapping[str, object]]) -> tuple[str, str]:
     """(status, reason) of the Ready condition; ("Unknown", "Pending") when there is none."""
     for condition in conditions:
-        if condition.get("type") == "Ready":
+        if condition.get("type") == ConditionType.READY:
             return str(condition.get("status") or "Unknown"), str(condition.get("reason") or "")
     return "Unknown", "Pending"
 

@@ -34,7 +34,7 @@ from openblox.denials import lifetime_denial
 from openblox.lifetime.expiry import Expiry
 from openblox.lifetime.reaping import expiry_of, find_expired
 from openblox.models import Sandbox
-from openblox.names import Reason
+from openblox.names import ConditionType, Reason
 
 log = logging.getLogger(__name__)
 
@@ -244,4 +244,7 @@ class Reaper:
 
 
 def _is_ready(sandbox: Sandbox) -> bool:
-    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in sandbox.conditions)
+    return any(
+        c.get("type") == ConditionType.READY and c.get("status") == "True"
+        for c in sandbox.conditions
+    )

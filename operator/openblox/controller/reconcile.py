@@ -52,7 +52,10 @@ from openblox.models import (
     parse_sandbox,
 )
 from openblox.models.profile import Boundary, resolve_profile
-from openblox.names import Reason
+from openblox.names import (
+    ConditionType,
+    Reason,
+)
 from openblox.timestamps import parse_optional_timestamp
 
 log = logging.getLogger(__name__)
@@ -333,7 +336,9 @@ class Reconciler:
                 self._cache.refresh(parse_sandbox(patched))
 
     def _count_ready(self, sandbox: Sandbox, status: Mapping[str, Any], now: datetime) -> None:
-        ready = any(c["type"] == "Ready" and c["status"] == "True" for c in status["conditions"])
+        ready = any(
+            c["type"] == ConditionType.READY and c["status"] == "True" for c in status["conditions"]
+        )
         if ready and sandbox.uid not in self._ready_seen:
             self._ready_seen.add(sandbox.uid)
             metrics.CREATE_TO_READY.observe((now - sandbox.creation_timestamp).total_seconds())

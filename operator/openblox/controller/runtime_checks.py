@@ -15,6 +15,7 @@ from openblox.controller.kube import Kube, is_not_found, path
 from openblox.controller.requeue import Requeue
 from openblox.controller.watched import Watched
 from openblox.models import Profile, parse_timestamp
+from openblox.names import RUNTIME_CLASS_KATA
 
 # A pod still Pending after this long has its events read for a runtime failure.
 PENDING_GRACE_SECONDS = 3.0
@@ -42,7 +43,7 @@ def runtime_problem(
             f'RuntimeClass "{profile.runtime_class_name}" does not exist in this '
             "cluster; refusing to run the sandbox under any other runtime"
         )
-    if profile.runtime_class_name == "kata" and not network_policy_enforced:
+    if profile.runtime_class_name == RUNTIME_CLASS_KATA and not network_policy_enforced:
         return (
             "Kata profiles need NetworkPolicy enforcement (under Kata the policy is the "
             "only network layer) and this cluster has not confirmed it "

@@ -13,8 +13,9 @@ from dataclasses import replace
 from typing import Any
 
 from openblox.models import Sandbox, SandboxError, parse_sandbox
+from openblox.names import GROUP
 
-KEPT_ANNOTATION_PREFIX = "openblox.sh/"
+KEPT_ANNOTATION_PREFIX = f"{GROUP}/"
 
 
 def slim_sandbox(sandbox: Sandbox) -> Sandbox:

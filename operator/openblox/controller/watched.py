@@ -21,10 +21,15 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from openblox.names import ANNOTATION_BOUNDARY, CONTAINER_NAME, LABEL_POOL, LABEL_SANDBOX
+from openblox.names import (
+    ANNOTATION_BOUNDARY,
+    ANNOTATION_PROFILE_DIGEST,
+    CONTAINER_NAME,
+    LABEL_POOL,
+    LABEL_SANDBOX,
+)
 
 NEGATIVE_TTL_SECONDS = 30.0
-PROFILE_DIGEST_ANNOTATION = "openblox.sh/profile-digest"
 
 
 def slim_pod(pod: Mapping[str, Any]) -> dict[str, Any]:
@@ -53,7 +58,7 @@ def slim_pod(pod: Mapping[str, Any]) -> dict[str, Any]:
     ]
     kept_annotations = {
         k: annotations[k]
-        for k in (PROFILE_DIGEST_ANNOTATION, ANNOTATION_BOUNDARY)
+        for k in (ANNOTATION_PROFILE_DIGEST, ANNOTATION_BOUNDARY)
         if k in annotations
     }
     if kept_annotations:

@@ -18,6 +18,7 @@ from openblox.denials.record import (
     STATUS_LIMIT,
     Category,
     Denial,
+    InvalidDenial,
     format_time,
     merge_recent,
 )
@@ -29,6 +30,7 @@ __all__ = [
     "Category",
     "Denial",
     "ExecOutcome",
+    "InvalidDenial",
     "Policy",
     "admission_denial",
     "classify_exec",

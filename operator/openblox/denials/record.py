@@ -3,18 +3,24 @@
 One versioned, documented shape (docs/denials.md, docs/denials.schema.json) for every
 place a denial surfaces: `ExecResult.denials`, a Sandbox's `status.denials`, the message
 of a `Denied` Event, and the `record` of a typed client error. Pure: no I/O.
+
+Inside the Python code a denial is always a `Denial`; it becomes a dict (`to_dict`) only
+where it leaves (a status patch, an Event message, JSON output) and is parsed back
+(`from_dict`, strict) only where it comes in from the API server.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+import re
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
-from typing import Any, Final, Literal, get_args
+from datetime import UTC, datetime
+from typing import Any, Final, Literal, TypeGuard, get_args
 
-from openblox.timestamps import format_timestamp
+from openblox.names import GROUP
+from openblox.timestamps import format_timestamp, parse_timestamp
 
-SCHEMA: Final = "openblox.sh/denial/v1"
+SCHEMA: Final = f"{GROUP}/denial/v1"
 """The value of every record's `schema` field; a change of fields means a new version."""
 
 Category = Literal[
@@ -42,19 +48,54 @@ STATUS_LIMIT: Final = 20
 format_time = format_timestamp  # the name this package has always exported
 
 
+# The schema's `at`: UTC, to the second, with a `Z` (what `format_time` writes).
+_AT = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}Z")
+# The string fields' shortest and longest lengths, as the schema bounds them.
+_TEXT_BOUNDS: Final[dict[str, tuple[int, int | None]]] = {
+    "attempted": (1, MAX_ATTEMPTED),
+    "because": (1, MAX_BECAUSE),
+    "profile": (0, None),
+    "evidence": (0, MAX_EVIDENCE),
+}
+# The wire fields in the documented order; version 1 is closed, so no others.
+FIELDS: Final = (
+    "schema",
+    "denied",
+    "attempted",
+    "because",
+    "profile",
+    "at",
+    "evidence",
+    "inferred",
+)
+
+
+def is_category(value: object) -> TypeGuard[Category]:
+    return value in CATEGORIES
+
+
+class InvalidDenial(ValueError):
+    """A record that is not a version-1 denial (docs/denials.schema.json); says which field."""
+
+
 def _clip(text: str, limit: int) -> str:
     text = " ".join(text.split())
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-@dataclass(frozen=True, slots=True)
-class Denial:
+@dataclass(frozen=True, slots=True, eq=False)
+class Denial(Mapping[str, Any]):
     """One policy the sandboxed code ran into.
 
     `inferred` is True when the only evidence is what the guest itself printed (an error
     message on stderr, an exit status), which code in the sandbox could forge; False when
     the signal comes from outside the guest's reach (the client's timeout or output cap,
     the kubelet's container status, the API server, the operator's clock).
+
+    It also reads as the read-only mapping of its wire record (`denial["denied"]`,
+    `dict(denial)`), because callers have always indexed `ExecResult.denials` and an
+    error's `record` that way; the values are then the JSON ones (`at` a string), hence
+    `Any`, as a parsed JSON object's are.
     """
 
     denied: Category
@@ -68,18 +109,89 @@ class Denial:
     def __post_init__(self) -> None:
         if self.denied not in CATEGORIES:
             raise ValueError(f"unknown denial category {self.denied!r}")
+        if self.at.tzinfo is None:
+            raise ValueError("refusing a naive `at`: its time zone is unknown")
+        # Bounded and to the second once, here, so the fields read the same as the record
+        # sent (`denial.because == denial["because"]`) and a record parsed back is equal.
+        # (object.__setattr__: the one way to normalise a frozen dataclass's fields.)
+        object.__setattr__(self, "attempted", _clip(self.attempted, MAX_ATTEMPTED))
+        object.__setattr__(self, "because", _clip(self.because, MAX_BECAUSE))
+        object.__setattr__(self, "evidence", _clip(self.evidence, MAX_EVIDENCE))
+        object.__setattr__(self, "at", self.at.astimezone(UTC).replace(microsecond=0))
 
     def to_dict(self) -> dict[str, Any]:
+        """The wire record (docs/denials.schema.json), for a status, an Event, JSON output."""
         return {
             "schema": SCHEMA,
             "denied": self.denied,
-            "attempted": _clip(self.attempted, MAX_ATTEMPTED),
-            "because": _clip(self.because, MAX_BECAUSE),
+            "attempted": self.attempted,
+            "because": self.because,
             "profile": self.profile,
             "at": format_time(self.at),
-            "evidence": _clip(self.evidence, MAX_EVIDENCE),
+            "evidence": self.evidence,
             "inferred": self.inferred,
         }
+
+    @classmethod
+    def from_dict(cls, record: object) -> Denial:
+        """The record parsed strictly, as docs/denials.schema.json says it is; raises
+        `InvalidDenial` naming the first field that is wrong."""
+        if not isinstance(record, Mapping):
+            raise InvalidDenial(f"a denial record is a JSON object, not {type(record).__name__}")
+        unknown = sorted(str(key) for key in record if key not in FIELDS)
+        if unknown:
+            raise InvalidDenial(f"a denial record has no field {', '.join(unknown)}")
+        missing = [key for key in FIELDS if key not in record]
+        if missing:
+            raise InvalidDenial(f"a denial record needs {', '.join(missing)}")
+        if record["schema"] != SCHEMA:
+            raise InvalidDenial(f"schema is {record['schema']!r}, not {SCHEMA!r}")
+        denied = record["denied"]
+        if not is_category(denied):
+            raise InvalidDenial(f"denied is {denied!r}, not one of the categories")
+        text: dict[str, str] = {}
+        for key, (shortest, longest) in _TEXT_BOUNDS.items():
+            value = record[key]
+            if not isinstance(value, str):
+                raise InvalidDenial(f"{key} is a {type(value).__name__}, not a string")
+            if len(value) < shortest or (longest is not None and len(value) > longest):
+                raise InvalidDenial(f"{key} has {len(value)} characters, outside the bounds")
+            text[key] = value
+        at = record["at"]
+        if not isinstance(at, str) or not _AT.fullmatch(at):
+            raise InvalidDenial(f"at is {at!r}, not an RFC 3339 UTC time to the second")
+        inferred = record["inferred"]
+        if not isinstance(inferred, bool):
+            raise InvalidDenial(f"inferred is {inferred!r}, not a boolean")
+        return cls(
+            denied=denied,
+            attempted=text["attempted"],
+            because=text["because"],
+            profile=text["profile"],
+            at=parse_timestamp(at),
+            evidence=text["evidence"],
+            inferred=inferred,
+        )
+
+    def __eq__(self, other: object) -> bool:
+        # A denial is its wire record: equal to another Denial, or to a plain mapping (the
+        # dicts `ExecResult.denials` held before), when the records are the same. So a
+        # record parsed back from a status or an Event equals the one that was written.
+        if isinstance(other, Mapping):
+            return self.to_dict() == dict(other)
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(tuple(self.to_dict().items()))
+
+    def __getitem__(self, key: str) -> Any:
+        return self.to_dict()[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(FIELDS)
+
+    def __len__(self) -> int:
+        return len(FIELDS)
 
 
 def _key(record: Mapping[str, Any]) -> tuple[Any, ...]:
@@ -88,11 +200,14 @@ def _key(record: Mapping[str, Any]) -> tuple[Any, ...]:
 
 def merge_recent(
     existing: Iterable[Mapping[str, Any]],
-    new: Sequence[Denial | Mapping[str, Any]],
+    new: Sequence[Denial],
     limit: int = STATUS_LIMIT,
 ) -> list[dict[str, Any]]:
     """`new` (in the order observed, oldest first) ahead of `existing`, so the list stays
-    most recent first; at most `limit` records.
+    most recent first; at most `limit` records, as the wire dicts the status holds.
+
+    `existing` is the status as read, kept as it is (not parsed): a reconcile does not
+    rewrite or drop what an earlier one wrote.
 
     Records are deterministic for one observation, so a fact seen twice (a dead pod read
     by two reconciles) is one record, and it keeps its place: an unchanged world gives
@@ -101,8 +216,8 @@ def merge_recent(
     kept = [dict(record) for record in existing]
     seen = {_key(record) for record in kept}
     added: list[dict[str, Any]] = []
-    for item in new:
-        record = item.to_dict() if isinstance(item, Denial) else dict(item)
+    for denial in new:
+        record = denial.to_dict()
         if _key(record) not in seen:
             seen.add(_key(record))
             added.append(record)

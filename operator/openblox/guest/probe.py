@@ -34,6 +34,9 @@ from typing import Any
 
 LIBC = ctypes.CDLL(None, use_errno=True)
 MiB = 1 << 20
+# names.py's STATE_DIR, TMP_DIR and WORKSPACE_DIR: this file cannot import them (it runs
+# inside the sandbox as source), so tests/unit/test_names.py holds the copy to them.
+WRITABLE_PLACES = ("/run/openblox", "/tmp", "/workspace")
 
 
 def emit(result: dict[str, Any]) -> None:
@@ -906,7 +909,7 @@ def extend(config: dict[str, Any]) -> dict[str, Any]:
     """Everything a guest might try to keep itself alive; the suite checks it did not work."""
     tried: dict[str, Any] = {}
     stamp = config["stamp"]
-    for directory in ("/run/openblox", "/tmp", "/workspace"):
+    for directory in WRITABLE_PLACES:
         for name in ("last-activity", ".last-activity", "activity"):
             path = os.path.join(directory, name)
             try:

@@ -51,6 +51,7 @@ SIGTERM = 15
 EPERM = 1
 ENOSYS = 38
 CHUNK = 65536
+# Under names.py's STATE_DIR (a copy, held to it by tests/unit/test_names.py).
 STATE_DIR = "/run/openblox/processes"
 
 # Syscall numbers: (audit arch, refused with EPERM, clone3, checked for namespace flags).

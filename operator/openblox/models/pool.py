@@ -13,7 +13,7 @@ from typing import Any
 
 import yaml
 
-from openblox.names import Reason
+from openblox.names import POOLS_CONFIGMAP, PROFILES_CONFIGMAP, Reason
 
 # Bounds one pool's pods in one namespace, so a typo (50000) cannot flood a node.
 MAX_POOL_SIZE = 200
@@ -26,7 +26,7 @@ class PoolError(Exception):
     reason = Reason.POOL_REFUSED
 
     def __init__(self, name: str, message: str) -> None:
-        super().__init__(f'pool "{name}" in ConfigMap openblox-pools is refused: {message}')
+        super().__init__(f'pool "{name}" in ConfigMap {POOLS_CONFIGMAP} is refused: {message}')
         self.pool_name = name
 
     @property
@@ -67,7 +67,7 @@ def parse_pool(name: str, raw_yaml: str) -> Pool:
         )
     profile = document.get("profile")
     if not isinstance(profile, str) or not profile:
-        raise PoolError(name, "profile must name a profile of openblox-profiles")
+        raise PoolError(name, f"profile must name a profile of {PROFILES_CONFIGMAP}")
     namespaces = document.get("namespaces")
     if (
         not isinstance(namespaces, list)

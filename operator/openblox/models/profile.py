@@ -13,7 +13,12 @@ from typing import Any, Literal
 
 from openblox.models.errors import ProfileError, ProfileNotAllowed, ProfileNotFound
 from openblox.models.quantity import Quantity, parse_quantity
-from openblox.names import LABEL_NAMESPACE_OPT_IN, NAMESPACE_OPT_IN_VALUE
+from openblox.names import (
+    LABEL_NAMESPACE_OPT_IN,
+    NAMESPACE_OPT_IN_VALUE,
+    RUNTIME_CLASS_GVISOR,
+    RUNTIME_CLASS_KATA,
+)
 
 Boundary = Literal["gvisor", "kata", "none"]
 """The isolation boundary around a sandbox: a user-space kernel, a guest kernel, or none."""
@@ -24,7 +29,7 @@ _MI = 1024**2
 STATE_VOLUME_SIZE = Quantity("16Mi", 16 * _MI)
 
 DEFAULT_COMMAND = ("/usr/bin/tini", "-s", "--", "/bin/sleep", "infinity")
-DEFAULT_RUNTIME_CLASS = "gvisor"
+DEFAULT_RUNTIME_CLASS = RUNTIME_CLASS_GVISOR
 DEFAULT_ID = 1000
 _DEFAULT_CPU = Quantity("1", 1000)
 _DEFAULT_MEMORY = Quantity("512Mi", 512 * _MI)
@@ -123,9 +128,10 @@ class Profile:
     @property
     def expected_boundary(self) -> Boundary | None:
         """The boundary this profile claims; None for an unsafe profile's unapproved runtime."""
-        if self.runtime_class_name == "gvisor":
+        # The RuntimeClass names and the Boundary values (the kernel seen) are spelled alike.
+        if self.runtime_class_name == RUNTIME_CLASS_GVISOR:
             return "gvisor"
-        if self.runtime_class_name == "kata":
+        if self.runtime_class_name == RUNTIME_CLASS_KATA:
             return "kata"
         return None
 

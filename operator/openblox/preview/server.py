@@ -21,7 +21,7 @@ from typing import Any
 
 from prometheus_client import Counter, Gauge
 
-from openblox.names import CONTAINER_NAME, GROUP, PLURAL, VERSION
+from openblox.names import CONTAINER_NAME, GROUP, LABEL_SANDBOX, PLURAL, VERSION
 from openblox.preview.conversation import Backend, Conversation
 from openblox.preview.http11 import HTTPError, json_response
 from openblox.preview.relay import Tunnel, agent_argv
@@ -93,7 +93,7 @@ class KubeBackend:
         metadata = pod.get("metadata") or {}
         labels = metadata.get("labels") or {}
         owners = {ref.get("uid") for ref in metadata.get("ownerReferences") or []}
-        if labels.get("openblox.sh/sandbox") != grant.sandbox or grant.uid not in owners:
+        if labels.get(LABEL_SANDBOX) != grant.sandbox or grant.uid not in owners:
             raise HTTPError(404, "the sandbox's pod is not one the operator made")
         with self._lock:
             self._pods[key] = (pod_name, time.monotonic())

@@ -22,6 +22,7 @@ from urllib.parse import urlsplit
 import aiohttp
 from yarl import URL
 
+from openblox.names import COMMAND
 from openblox.transport.errors import Unauthorized, api_error
 from openblox.transport.rest import (
     JSON,
@@ -43,7 +44,7 @@ WATCH_LINE_LIMIT = 16 * 1024 * 1024
 class AsyncApi:
     """Requests with one session's credentials, from coroutines."""
 
-    def __init__(self, session: Session, *, user_agent: str = "openblox") -> None:
+    def __init__(self, session: Session, *, user_agent: str = COMMAND) -> None:
         self.session = session
         self._user_agent = user_agent
         parts = urlsplit(session.server)

@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 from urllib.parse import urlsplit
 
+from openblox.names import COMMAND
 from openblox.transport.errors import Unauthorized, api_error
 from openblox.transport.rest import (
     JSON,
@@ -47,7 +48,7 @@ class Api:
         session: Session,
         write_guard: Callable[[], None] | None = None,
         *,
-        user_agent: str = "openblox",
+        user_agent: str = COMMAND,
         extra_headers: Mapping[str, str] | None = None,
     ) -> None:
         self.session = session

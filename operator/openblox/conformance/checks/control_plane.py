@@ -17,7 +17,7 @@ from openblox.conformance.backend import ControlPlane
 from openblox.conformance.checks.registry import check
 from openblox.conformance.context import CannotRun, Context, Verdict, fail, ok
 from openblox.conformance.kube import Kube, message_of
-from openblox.names import GROUP, PLURAL, VERSION
+from openblox.names import GROUP, KIND, PLURAL, VERSION, ConditionType
 
 DRY = "All"
 
@@ -126,7 +126,7 @@ def cannot_change_profiles(ctx: Context) -> Verdict:
 def sandbox_manifest(name: str, spec: dict[str, Any]) -> dict[str, Any]:
     return {
         "apiVersion": f"{GROUP}/{VERSION}",
-        "kind": "Sandbox",
+        "kind": KIND,
         "metadata": {"name": name},
         "spec": spec,
     }
@@ -224,7 +224,7 @@ def _ready(kube: Kube, namespace: str, name: str) -> str:
     except ApiException as error:
         return message_of(error)
     for condition in (body.get("status") or {}).get("conditions") or []:
-        if condition.get("type") == "Ready":
+        if condition.get("type") == ConditionType.READY:
             return f"Ready {condition.get('status')} {condition.get('reason')}"
     return "no Ready condition yet"
 

@@ -18,7 +18,15 @@ from openblox.conformance.checks.control_plane import (
 from openblox.conformance.checks.registry import check
 from openblox.conformance.context import CannotRun, Context, Verdict
 from openblox.conformance.kube import Kube
-from openblox.names import CONTAINER_NAME, GROUP, LABEL_SANDBOX, PLURAL, VERSION
+from openblox.names import (
+    CONTAINER_NAME,
+    GROUP,
+    LABEL_PROFILE,
+    LABEL_SANDBOX,
+    PLURAL,
+    RUNTIME_CLASS_GVISOR,
+    VERSION,
+)
 
 RESTRICTED = {
     "allowPrivilegeEscalation": False,
@@ -36,7 +44,7 @@ def _fake_pod(namespace: str, name: str, image: str) -> dict[str, Any]:
         "metadata": {"name": name, "namespace": namespace, "labels": {LABEL_SANDBOX: name}},
         "spec": {
             "containers": [{"name": CONTAINER_NAME, "image": image, "securityContext": RESTRICTED}],
-            "runtimeClassName": "gvisor",
+            "runtimeClassName": RUNTIME_CLASS_GVISOR,
         },
     }
 
@@ -73,7 +81,7 @@ def cannot_change_sandbox_pods(ctx: Context) -> Verdict:
     if not handle.pod:
         raise CannotRun("the backend names no pod for its sandbox")
     pod, ns = handle.pod, p.sandbox_namespace
-    relabel = {"metadata": {"labels": {"openblox.sh/profile": "tampered"}}}
+    relabel = {"metadata": {"labels": {LABEL_PROFILE: "tampered"}}}
     debug = {
         "spec": {
             "ephemeralContainers": [

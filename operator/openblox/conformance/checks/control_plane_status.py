@@ -22,7 +22,7 @@ from openblox.conformance.checks.control_plane import (
 from openblox.conformance.checks.registry import check
 from openblox.conformance.context import CannotRun, Context, Verdict, fail, ok
 from openblox.conformance.kube import Kube, message_of
-from openblox.names import GROUP, LABEL_SANDBOX, PLURAL, VERSION
+from openblox.names import GROUP, LABEL_SANDBOX, PLURAL, VERSION, ConditionType, Reason
 
 
 def _watch_sandbox(
@@ -34,14 +34,14 @@ def _watch_sandbox(
     while time.monotonic() < deadline:
         body = kube.custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)
         for c in (body.get("status") or {}).get("conditions") or []:
-            if c.get("type") == "Ready":
+            if c.get("type") == ConditionType.READY:
                 condition = c
         if condition.get("status") == "True" or condition.get("reason") not in (
             None,
-            "PodPending",
-            "PodNotCreated",
-            "RuntimeNotChecked",
-            "ProfileNotResolved",
+            Reason.POD_PENDING,
+            Reason.POD_NOT_CREATED,
+            Reason.RUNTIME_NOT_CHECKED,
+            Reason.PROFILE_NOT_RESOLVED,
         ):
             break
         time.sleep(1)
@@ -100,9 +100,9 @@ def fails_closed(ctx: Context) -> Verdict:
     )
     if condition.get("status") == "True" or running:
         return fail(f"it runs: {text}")
-    if reason in ("ProfileNotFound", "ProfileNotAllowed", "ProfileInvalid"):
+    if reason in (Reason.PROFILE_NOT_FOUND, Reason.PROFILE_NOT_ALLOWED, Reason.PROFILE_INVALID):
         raise CannotRun(f"{profile} cannot be used here for another reason: {text}")
-    if reason != "RuntimeUnavailable":
+    if reason != Reason.RUNTIME_UNAVAILABLE:
         return fail(f"not refused as runtime-unavailable within 60s: {text}")
     return ok(text)
 

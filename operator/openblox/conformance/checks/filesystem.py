@@ -6,8 +6,9 @@ from typing import Any
 
 from openblox.conformance.checks.registry import check
 from openblox.conformance.context import CannotRun, Context, Verdict, fail, ok, volume_medium
+from openblox.names import STATE_DIR, TMP_DIR, WORKSPACE_DIR
 
-SCRATCH = ("/tmp", "/workspace", "/run/openblox")
+SCRATCH = (TMP_DIR, WORKSPACE_DIR, STATE_DIR)
 HOST_PATHS = (
     "/var/lib/kubelet",
     "/var/lib/containerd",

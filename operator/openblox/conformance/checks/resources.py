@@ -12,6 +12,7 @@ from openblox.conformance.canaries import NET, Canaries
 from openblox.conformance.checks.registry import check
 from openblox.conformance.context import CannotRun, Context, Verdict, fail, ok, volume_medium
 from openblox.guest import PROBE, source
+from openblox.names import TMP_DIR
 
 MiB = 1 << 20
 UNDECLARED_MEMORY_TARGET = 1024 * MiB
@@ -165,10 +166,10 @@ def scratch_capped(ctx: Context) -> Verdict:
     handle = ctx.sandbox()
     limit = handle.limits.scratch_bytes
     target = 2 * limit if limit else UNDECLARED_SCRATCH_TARGET
-    result = ctx.probe("scratch", {"dir": "/tmp", "bytes": target}, timeout=120)
+    result = ctx.probe("scratch", {"dir": TMP_DIR, "bytes": target}, timeout=120)
     mount = result.get("mount") or {}
     written = int(result["written"])
-    medium = volume_medium(ctx, "/tmp")
+    medium = volume_medium(ctx, TMP_DIR)
     text = (
         f"wrote {_mib(written)} to /tmp ({mount.get('fstype')} inside"
         + (f", an emptyDir of medium {medium or 'disk'} in the pod spec" if medium != "?" else "")
