@@ -47,9 +47,11 @@ CALL_BOUND_S = 180.0
 
 def room_for(wanted: int) -> tuple[int, str]:
     """How many code-exec Sandboxes fit now (at most `wanted`), and the node's room."""
-    repository = str(Path(__file__).resolve().parents[2])
-    if repository not in sys.path:
-        sys.path.insert(0, repository)
+    repository = Path(__file__).resolve().parents[2]
+    # tests.cluster.kube imports `embedded` (cluster/embedded.py), as the cluster tests do.
+    for folder in (str(repository), str(repository / "cluster")):
+        if folder not in sys.path:
+            sys.path.insert(0, folder)
     from tests.cluster.capacity import node_rooms, sandbox_node_selector, sandbox_requests
     from tests.cluster.kube import Kube as TestKube
 
