@@ -19,6 +19,7 @@ from bench import env, report
 from bench.results import Run, Section, machine_line
 from bench.sections import (
     async_client,
+    async_exec,
     client_library,
     cluster_up,
     create,
@@ -43,7 +44,7 @@ SECTIONS: dict[str, ModuleType] = {
     "exec": exec_latency,
     "client-library": client_library,
     "async-stack": async_client,
-    "async-exec": async_client,
+    "async-exec": async_exec,
     "files": files,
     "preview": preview,
     "mcp": mcp_latency,
@@ -151,11 +152,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="cluster-up: also time a cold `up` with an empty build cache (hours on 2 cores)",
     )
     parser.add_argument(
-        "--async-sandboxes",
+        "--async-per-sandbox",
         type=int,
-        default=3,
-        help="async-exec: how many code-exec sandboxes to spread the execs over, room "
-        "permitting (default 3; 1 measures against one sandbox only)",
+        default=25,
+        help="async-exec: concurrent execs per code-exec sandbox; the 200 are spread over "
+        "as many sandboxes as that takes, and the node must have room for them (default 25)",
     )
     parser.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
     parser.add_argument(
