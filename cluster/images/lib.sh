@@ -21,12 +21,16 @@ need() {
 
 sha256_of_stdin() { sha256sum | cut -d' ' -f1; }
 
-# hash_files FILE... : one line "sha256  path" per file, paths as given, in the order given.
+# hash_files FILE... : one line "sha256  path" per file, in the order given, each path
+# relative to this directory or else to the repository (cluster/kind/...), never absolute:
+# a key must not change with where the checkout is, or a fresh clone rebuilds everything.
 hash_files() {
-  local f
+  local f name
   for f in "$@"; do
     [[ -f $f ]] || die "missing input $f"
-    printf '%s  %s\n' "$(sha256sum <"$f" | cut -d' ' -f1)" "${f#"$IMAGES_DIR"/}"
+    name=${f#"$IMAGES_DIR"/}
+    [[ $name != "$f" ]] || name=${f#"${IMAGES_DIR%/cluster/images}"/}
+    printf '%s  %s\n' "$(sha256sum <"$f" | cut -d' ' -f1)" "$name"
   done
 }
 
