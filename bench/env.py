@@ -9,6 +9,7 @@ import platform
 import re
 import shutil
 import subprocess
+import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -25,6 +26,14 @@ OPERATOR_SERVICE_ACCOUNT = "openblox-operator"
 # State the benchmark keeps outside the repository (the private dockerd, its wrapper).
 BENCH_STATE = Path("/var/lib/openblox-bench")
 BENCH_RUN = Path("/run/openblox-bench")
+
+
+def use_test_helpers() -> None:
+    """Let a section import the cluster tests' helpers (`tests.cluster`, `tests.kind`):
+    they import `embedded` from cluster/, which the tests' conftest puts on the path."""
+    for folder in (str(REPO), str(REPO / "cluster")):
+        if folder not in sys.path:
+            sys.path.insert(0, folder)
 
 
 def tool(name: str) -> str:

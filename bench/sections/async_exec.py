@@ -20,11 +20,9 @@ import collections
 import concurrent.futures
 import contextlib
 import math
-import sys
 import threading
 import time
 from collections.abc import Iterator, Sequence
-from pathlib import Path
 from typing import Any
 
 from bench import env
@@ -47,11 +45,7 @@ CALL_BOUND_S = 180.0
 
 def room_for(wanted: int) -> tuple[int, str]:
     """How many code-exec Sandboxes fit now (at most `wanted`), and the node's room."""
-    repository = Path(__file__).resolve().parents[2]
-    # tests.cluster.kube imports `embedded` (cluster/embedded.py), as the cluster tests do.
-    for folder in (str(repository), str(repository / "cluster")):
-        if folder not in sys.path:
-            sys.path.insert(0, folder)
+    env.use_test_helpers()
     from tests.cluster.capacity import node_rooms, sandbox_node_selector, sandbox_requests
     from tests.cluster.kube import Kube as TestKube
 

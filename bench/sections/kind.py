@@ -150,6 +150,7 @@ def _failovers(ctx: Any, section: Section) -> None:
 
 
 def run(ctx: Any, section: Section) -> None:
+    env.use_test_helpers()
     kubeconfigs = {"embedded": env.KUBECONFIG, "kind": KIND_KUBECONFIG}
     found = _create_and_exec(ctx, kubeconfigs, ctx.n(10, 2), ctx.n(100, 5))
     for what, title in (("create", "create→Ready (client.create)"), ("exec", "exec `true`")):
