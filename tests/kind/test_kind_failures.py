@@ -11,6 +11,7 @@ import pytest
 
 import embedded
 from tests.cluster.kube import Kube
+from tests.cluster.sandboxes import wait_for
 from tests.cluster.test_node import CONNECT, pod
 from tests.kind.conftest import KIND_SH, REPO, docker
 
@@ -55,11 +56,20 @@ def test_the_embedded_cluster_keeps_pod_to_service_traffic_beside_kind(
     kube.wait_pod("client", namespace)
     service_ip = kube.get("service", "server", namespace)["spec"]["clusterIP"]
 
-    reached = kube.exec("client", namespace, "python3", "-c", CONNECT, service_ip)
+    # kube-proxy programs a new Service asynchronously: the first connect right after
+    # the Service is made can time out (seen once, on a cluster just restarted). Broken
+    # traffic stays broken, so 30 s of attempts still fails it, with the last answer.
+    answers: list[str] = []
 
-    assert reached.returncode == 0 and "connected" in reached.stdout, (
-        reached.stdout + reached.stderr
-    )
+    def connect() -> bool:
+        reached = kube.exec("client", namespace, "python3", "-c", CONNECT, service_ip)
+        answers.append(reached.stdout + reached.stderr)
+        return reached.returncode == 0 and "connected" in reached.stdout
+
+    try:
+        wait_for(f"a connection to the Service at {service_ip}:8080", connect, 30, every=1)
+    except AssertionError as error:
+        raise AssertionError(f"{error}; the last attempt said: {answers[-1:]}") from None
     rules = subprocess.run(["iptables-save"], capture_output=True, text=True, check=True).stdout
     assert "DOCKER" not in rules, "dockerd installed iptables rules"
 
