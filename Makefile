@@ -8,6 +8,8 @@ PY := $(VENV)/bin/python
 CLUSTER := PYTHON=$(abspath $(PY)) cluster/cluster.sh
 export PATH := /var/lib/openblox/bin:$(abspath $(VENV))/bin:$(PATH)
 PYTEST := $(PY) -m pytest -p no:cacheprovider
+# The embedded-cluster suite, one command line for `make cluster-tests` and `make test`.
+CLUSTER_PYTEST := $(PYTEST) tests/cluster -q --durations=25
 
 .PHONY: help up down test lint unit cluster-tests conformance bench install venv operator-image kind-up kind-test kind-down fuzz
 
@@ -49,7 +51,7 @@ unit: venv
 	cd cluster/nri && go vet ./... && go test ./...
 
 cluster-tests: install
-	$(PYTEST) tests/cluster -q --durations=25
+	$(CLUSTER_PYTEST)
 
 conformance: install
 	$(PYTEST) --pyargs openblox.conformance -q
@@ -60,7 +62,7 @@ conformance: install
 # is created only after the embedded suite, and deleted at the end, pass or fail.
 test: lint unit install
 	PYTHON=$(abspath $(PY)) cluster/kind/prebuild.sh start
-	$(PYTEST) tests/cluster -q --durations=25 || { cluster/kind/prebuild.sh stop; exit 1; }
+	$(CLUSTER_PYTEST) || { cluster/kind/prebuild.sh stop; exit 1; }
 	cluster/kind/prebuild.sh wait
 	$(PYTEST) tests/kind -q --durations=15 || { cluster/kind/kind.sh down; exit 1; }
 	cluster/kind/kind.sh down

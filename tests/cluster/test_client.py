@@ -221,8 +221,8 @@ def test_exec_on_a_deleted_sandbox_fails_fast_with_a_typed_error(client: Client)
 def test_unknown_profile_raises_admission_denied_with_a_record(client: Client) -> None:
     with pytest.raises(AdmissionDenied) as raised:
         client.create("no-such-profile")
-    assert raised.value.record["denied"] == "admission"
-    assert "does not exist" in raised.value.record["because"]
+    assert raised.value.record.denied == "admission"
+    assert "does not exist" in raised.value.record.because
 
 
 def test_a_too_long_lifetime_raises_admission_denied_and_spares_a_running_sandbox(
@@ -231,11 +231,10 @@ def test_a_too_long_lifetime_raises_admission_denied_and_spares_a_running_sandbo
     with pytest.raises(AdmissionDenied) as raised:
         client.create("code-exec", "too-long", max_age_seconds=10**6)
     record = raised.value.record
-    assert record["denied"] == "admission"
-    assert record["profile"] == "code-exec"
-    assert (
-        'spec.maxAgeSeconds is 1000000s but profile "code-exec" allows at most'
-        in (record["because"])
+    assert record.denied == "admission"
+    assert record.profile == "code-exec"
+    assert 'spec.maxAgeSeconds is 1000000s but profile "code-exec" allows at most' in (
+        record.because
     )
     assert box.exec(["python3", "-c", "print(6*7)"]).stdout == b"42\n"
 

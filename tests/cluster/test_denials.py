@@ -12,7 +12,7 @@ from __future__ import annotations
 import concurrent.futures
 import json
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -23,7 +23,7 @@ import yaml
 
 from openblox.client import AdmissionDenied, Client, Sandbox, SandboxGone
 from openblox.client.cluster import sandboxes_path
-from openblox.denials import CATEGORIES, SCHEMA
+from openblox.denials import CATEGORIES, SCHEMA, Denial
 from tests.cluster.kube import Kube
 from tests.cluster.sandboxes import opted_in_namespace
 
@@ -49,14 +49,15 @@ class Observed:
     """What the caller was told about one corpus entry."""
 
     entry: dict[str, Any]
-    # The client's records are `Denial`s; those read from Events and the status are JSON.
-    records: list[Mapping[str, Any]] = field(default_factory=list)
+    # What the caller holds: the client's `Denial`s, and the `Denied` Events' records
+    # parsed as the client parses them. The status and Events as read stay JSON, in `extra`.
+    records: list[Denial] = field(default_factory=list)
     how: str = "exec"
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
     def categories(self) -> set[str]:
-        return {record["denied"] for record in self.records}
+        return {record.denied for record in self.records}
 
 
 def load_corpus() -> list[dict[str, Any]]:
@@ -163,7 +164,8 @@ def _reaped(client: Client, kube: Kube, entry: dict[str, Any]) -> Observed:
         if event["type"] == "DELETED":
             break
     events = _denied_events(kube, client.namespace, sandbox.name)
-    records: list[Mapping[str, Any]] = list(events)
+    # Strictly, as the client reads an Event's record: one that does not parse fails here.
+    records = [Denial.from_dict(event) for event in events]
     # The pod goes with its owner, in the background; the next exec finds it gone.
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
@@ -243,9 +245,7 @@ def score(results: dict[str, Observed]) -> dict[str, Any]:
     ordinary = [o for o in observed if o.entry["expect"] == "none"]
     with_attempted = [o for o in observed if o.entry.get("attempted")]
     attempted_hits = [
-        o
-        for o in with_attempted
-        if any(o.entry["attempted"] in str(r.get("attempted")) for r in o.records)
+        o for o in with_attempted if any(o.entry["attempted"] in r.attempted for r in o.records)
     ]
     return {
         "schema": SCHEMA,
@@ -276,8 +276,8 @@ def _inferred_share(observed: list[Observed]) -> dict[str, int]:
     records = [r for o in observed for r in o.records]
     return {
         "records": len(records),
-        "inferred": sum(1 for r in records if r.get("inferred")),
-        "not_inferred": sum(1 for r in records if not r.get("inferred")),
+        "inferred": sum(1 for r in records if r.inferred),
+        "not_inferred": sum(1 for r in records if not r.inferred),
     }
 
 
@@ -310,15 +310,17 @@ def test_every_record_has_the_documented_shape(corpus_run: dict[str, Observed]) 
     assert required == RECORD_FIELDS
     for key, observed in corpus_run.items():
         for record in observed.records:
-            assert set(record) == RECORD_FIELDS, (key, record)
-            assert record["schema"] == SCHEMA
-            assert record["denied"] in CATEGORIES
-            assert record["profile"] in ("code-exec", "no-such-profile")
-            assert isinstance(record["inferred"], bool)
-            datetime.fromisoformat(record["at"].replace("Z", "+00:00"))
+            # The shape is the wire record's, what `--json`, a status and an Event carry.
+            wire = record.to_dict()
+            assert set(wire) == RECORD_FIELDS, (key, wire)
+            assert wire["schema"] == SCHEMA
+            assert wire["denied"] in CATEGORIES
+            assert wire["profile"] in ("code-exec", "no-such-profile")
+            assert isinstance(wire["inferred"], bool)
+            datetime.fromisoformat(wire["at"].replace("Z", "+00:00"))
             # time and output come from the supervisor's verdict, never from guest text.
-            if record["denied"] in ("time", "output", "lifetime", "admission"):
-                assert record["inferred"] is False, record
+            if record.denied in ("time", "output", "lifetime", "admission"):
+                assert record.inferred is False, record
 
 
 def test_oom_killed_pod_is_recorded_in_status_and_an_event(
@@ -327,15 +329,15 @@ def test_oom_killed_pod_is_recorded_in_status_and_an_event(
     observed = corpus_run["mem-one-big-allocation"]
     assert observed.how == "SandboxGone", observed
     (record,) = observed.records
-    assert record["denied"] == "memory"
-    assert record["because"] == "memory=512Mi"
-    assert record["inferred"] is False
-    assert "OOMKilled" in record["evidence"]
+    assert record.denied == "memory"
+    assert record.because == "memory=512Mi"
+    assert record.inferred is False
+    assert "OOMKilled" in record.evidence
     status = [r for r in observed.extra["status"] if r["denied"] == "memory"]
     events = [r for r in observed.extra["events"] if r["denied"] == "memory"]
     assert status, observed.extra
     assert events, observed.extra
-    assert status[0]["evidence"] == record["evidence"]
+    assert status[0]["evidence"] == record.evidence
 
 
 def test_reaping_is_a_lifetime_denial_in_status_event_and_the_next_exec(
@@ -347,7 +349,9 @@ def test_reaping_is_a_lifetime_denial_in_status_event_and_the_next_exec(
     assert lifetime[0]["because"] == "maxAgeSeconds=15"
     assert lifetime[0]["inferred"] is False
     assert any(r["denied"] == "lifetime" for r in observed.extra["status"]), observed.extra
-    assert (observed.extra["exec_error_record"] or {}).get("denied") == "lifetime"
+    gone_record = observed.extra["exec_error_record"]
+    assert isinstance(gone_record, Denial), observed.extra
+    assert gone_record.denied == "lifetime"
 
 
 FETCH = """\
@@ -359,10 +363,10 @@ with urllib.request.urlopen(sys.argv[1], timeout=5) as response:
 """
 
 
-def adapt(record: Mapping[str, Any], data_dir: str) -> list[str]:
+def adapt(record: Denial, data_dir: str) -> list[str]:
     """What a model would do with the record: the network is off by policy (not flaky), so
     stop retrying the remote URL and serve the data from inside the sandbox on loopback."""
-    assert record["denied"] == "network" and record["because"] == "egress=none"
+    assert record.denied == "network" and record.because == "egress=none"
     return [
         "sh",
         "-c",
@@ -379,9 +383,9 @@ def test_a_network_denial_leads_to_an_attempt_that_honours_it(shared: Sandbox) -
     first = shared.exec(["python3", "/workspace/fetch.py", "http://10.96.0.1:443/data.json"])
     assert first.exit_code != 0
     (record,) = first.denials
-    assert record["denied"] == "network"
-    assert record["attempted"] == "10.96.0.1:443"
-    assert record["inferred"] is True
+    assert record.denied == "network"
+    assert record.attempted == "10.96.0.1:443"
+    assert record.inferred is True
 
     shared.files.write("/workspace/data.json", '{"answer": 42}')
     second = shared.exec(adapt(record, "/workspace"))

@@ -63,7 +63,7 @@ def test_an_oom_killed_container_is_a_memory_denial() -> None:
     assert fate.fate is Fate.ENDED
     assert isinstance(fate.denial, Denial)
     assert fate.denial.denied == "memory"
-    assert fate.denial["profile"] == "code-exec"  # still read as the record, as callers did
+    assert fate.denial.profile == "code-exec"
 
 
 def test_a_pod_that_ended_for_no_policy_carries_no_denial() -> None:
@@ -87,6 +87,7 @@ def _denial(at: datetime, evidence: str = "kubelet: OOMKilled") -> Denial:
 
 
 def at(offset: float) -> dict[str, Any]:
+    """The wire record the status holds, of a denial `offset` seconds after SINCE."""
     return _denial(SINCE + timedelta(seconds=offset)).to_dict()
 
 
@@ -94,7 +95,7 @@ def test_only_a_status_denial_from_about_the_exec_on_counts() -> None:
     assert status_denial({"status": {"denials": [at(-60)]}}, SINCE) is None
     found = status_denial({"status": {"denials": [at(-60), at(-1)]}}, SINCE)
     assert isinstance(found, Denial)
-    assert found == at(-1)
+    assert found == Denial.from_dict(at(-1))
     assert status_denial(None, SINCE) is None
 
 
@@ -104,7 +105,9 @@ def test_a_status_record_that_does_not_parse_is_skipped_with_a_log_line(
     garbage = {"denied": "x", "at": "garbage"}
     with caplog.at_level(logging.WARNING, logger="openblox.client.postmortem"):
         assert status_denial({"status": {"denials": [garbage]}}, SINCE) is None
-        assert status_denial({"status": {"denials": [garbage, at(1)]}}, SINCE) == at(1)
+        assert status_denial({"status": {"denials": [garbage, at(1)]}}, SINCE) == (
+            Denial.from_dict(at(1))
+        )
     assert "the Sandbox's status" in caplog.text and "does not parse" in caplog.text
 
 

@@ -12,7 +12,7 @@ where it leaves (a status patch, an Event message, JSON output) and is parsed ba
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Final, Literal, TypeGuard, get_args
@@ -83,8 +83,8 @@ def _clip(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-@dataclass(frozen=True, slots=True, eq=False)
-class Denial(Mapping[str, Any]):
+@dataclass(frozen=True, slots=True)
+class Denial:
     """One policy the sandboxed code ran into.
 
     `inferred` is True when the only evidence is what the guest itself printed (an error
@@ -92,10 +92,8 @@ class Denial(Mapping[str, Any]):
     the signal comes from outside the guest's reach (the client's timeout or output cap,
     the kubelet's container status, the API server, the operator's clock).
 
-    It also reads as the read-only mapping of its wire record (`denial["denied"]`,
-    `dict(denial)`), because callers have always indexed `ExecResult.denials` and an
-    error's `record` that way; the values are then the JSON ones (`at` a string), hence
-    `Any`, as a parsed JSON object's are.
+    Read it by attribute (`denial.denied`); `to_dict` gives the wire record, for where it
+    leaves the code. It is deliberately not also a mapping: one way to read a record.
     """
 
     denied: Category
@@ -112,7 +110,8 @@ class Denial(Mapping[str, Any]):
         if self.at.tzinfo is None:
             raise ValueError("refusing a naive `at`: its time zone is unknown")
         # Bounded and to the second once, here, so the fields read the same as the record
-        # sent (`denial.because == denial["because"]`) and a record parsed back is equal.
+        # sent (`denial.because == denial.to_dict()["because"]`) and a record parsed back
+        # is equal (field by field: the dataclass's own equality and hash).
         # (object.__setattr__: the one way to normalise a frozen dataclass's fields.)
         object.__setattr__(self, "attempted", _clip(self.attempted, MAX_ATTEMPTED))
         object.__setattr__(self, "because", _clip(self.because, MAX_BECAUSE))
@@ -172,26 +171,6 @@ class Denial(Mapping[str, Any]):
             evidence=text["evidence"],
             inferred=inferred,
         )
-
-    def __eq__(self, other: object) -> bool:
-        # A denial is its wire record: equal to another Denial, or to a plain mapping (the
-        # dicts `ExecResult.denials` held before), when the records are the same. So a
-        # record parsed back from a status or an Event equals the one that was written.
-        if isinstance(other, Mapping):
-            return self.to_dict() == dict(other)
-        return NotImplemented
-
-    def __hash__(self) -> int:
-        return hash(tuple(self.to_dict().items()))
-
-    def __getitem__(self, key: str) -> Any:
-        return self.to_dict()[key]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(FIELDS)
-
-    def __len__(self) -> int:
-        return len(FIELDS)
 
 
 def _key(record: Mapping[str, Any]) -> tuple[Any, ...]:
