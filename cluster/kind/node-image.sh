@@ -108,7 +108,7 @@ archive_of() { find "$CACHE_DIR" -maxdepth 1 -name "$1-*.tar" -printf '%T@\t%p\n
 node_key() {
   {
     echo "kind-node v1 kind $KIND_VERSION kubernetes $KUBERNETES_VERSION rootfs $(rootfs_key)"
-    hash_files "$here/node-image.sh" "$IMAGES_DIR/lib.sh" "$here/../seccomp/sandbox.json"
+    hash_files "$here/node-image.sh" "$IMAGES_DIR/lib.sh" "$here/../seccomp/sandbox.json" "$here/../runsc-shim.toml"
     hash_dir "$here/node"
     (cd "$base_files" && find . -type f -print0 | LC_ALL=C sort -z | xargs -0 sha256sum)
     local dest
@@ -163,6 +163,8 @@ install_node_files() {
   cat "$here/node/containerd.toml" "$here/node/runsc-handler.toml" >"$root/etc/containerd/config.toml"
   chmod 0644 "$root/etc/containerd/config.toml"
   install -m 0644 "$here/node/runsc.toml" "$root/etc/containerd/runsc.toml"
+  # The shim's own settings, read from this fixed path: one shim per pod (cluster/runsc-shim.toml).
+  install -D -m 0644 "$here/../runsc-shim.toml" "$root/etc/containerd/runsc/config.toml"
   # openblox's seccomp profile, which sandbox pods name as Localhost (docs/adr/0007).
   install -D -m 0644 "$here/../seccomp/sandbox.json" "$root/var/lib/kubelet/seccomp/openblox/sandbox.json"
   install -m 0644 "$here/node/default-storage.yaml" "$root/kind/manifests/default-storage.yaml"
@@ -231,7 +233,7 @@ tar -C "$root" --numeric-owner --one-file-system -cf - . |
   docker_cli import --change 'ENTRYPOINT ["/usr/local/bin/openblox-entrypoint", "/usr/local/bin/entrypoint", "/sbin/init"]' \
     --change 'ENV container=docker' --change "LABEL sh.openblox.kind-node.key=$key" - "$ref" >/dev/null
 # The node without gVisor: the same image less runsc, its shim and the runsc handler.
-printf 'FROM %s\nRUN rm /usr/local/bin/runsc /usr/local/bin/containerd-shim-runsc-v1 /etc/containerd/runsc.toml && sed -i "/^# BEGIN runsc handler/,\\$d" /etc/containerd/config.toml && ! grep -q runsc /etc/containerd/config.toml\n' "$ref" |
+printf 'FROM %s\nRUN rm -r /usr/local/bin/runsc /usr/local/bin/containerd-shim-runsc-v1 /etc/containerd/runsc.toml /etc/containerd/runsc && sed -i "/^# BEGIN runsc handler/,\\$d" /etc/containerd/config.toml && ! grep -q runsc /etc/containerd/config.toml\n' "$ref" |
   docker_cli build --network none -q -t "$plain" - >/dev/null
 log "kind node images built in $((SECONDS - start))s"
 printf '%s\n%s\n' "$ref" "$plain"

@@ -5,6 +5,9 @@ profile cannot have is refused where the admin sees it, with nothing running los
 from __future__ import annotations
 
 import json
+import subprocess
+from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -13,6 +16,7 @@ import yaml
 from openblox.models import parse_profile
 from tests.cluster.capacity import require_sandbox_room
 from tests.cluster.kube import Kube
+from tests.cluster.pod_shims import local_processes, pod_containers, shims_of
 from tests.cluster.sandboxes import (
     PROFILES,
     extra_profiles,
@@ -27,6 +31,9 @@ from tests.cluster.sandboxes import (
 )
 
 pytestmark = pytest.mark.cluster
+
+CRICTL = Path("/var/lib/openblox/bin/crictl")
+CONTAINERD = "unix:///run/openblox/containerd/containerd.sock"
 
 IDLE_SANDBOXES = 20
 
@@ -153,3 +160,29 @@ def test_a_cpu_request_above_its_limit_is_refused_and_the_last_good_profile_serv
             assert operator.get("pod", steady_name, sandboxes_ns)["metadata"]["uid"] == steady_pod
     finally:
         _set_profile(operator, "code-exec", good)
+
+
+def _crictl(args: Sequence[str]) -> str:
+    command = [str(CRICTL), "--runtime-endpoint", CONTAINERD, *args]
+    return subprocess.run(command, capture_output=True, text=True, check=True, timeout=60).stdout
+
+
+def test_one_gvisor_shim_serves_every_container_of_a_pod(operator: Kube, sandboxes_ns: str) -> None:
+    """Shim grouping: the pause container and the sandbox's container share one
+    containerd-shim-runsc-v1 (a shim per container costs about 6 MiB of host memory per
+    Sandbox more; docs/benchmarks, density)."""
+    require_sandbox_room(operator, "code-exec", 1)
+    operator.apply(sandbox("grouped", sandboxes_ns))
+    wait_for(
+        "Sandbox grouped Ready",
+        lambda: (
+            ready_condition(operator.get("sandbox", "grouped", sandboxes_ns)).get("status")
+            == "True"
+        ),
+    )
+    pod_id, containers = pod_containers(
+        _crictl, sandboxes_ns, pod_of(operator, "grouped", sandboxes_ns)
+    )
+    assert len(containers) == 1, containers
+    served = shims_of(local_processes(), [pod_id, *containers])
+    assert len({shim.pid for shim in served.values()}) == 1, served
