@@ -17,6 +17,7 @@ import threading
 import time
 from collections import defaultdict
 from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from openblox.builders.conditions import PodState
@@ -43,6 +44,9 @@ log = logging.getLogger(__name__)
 
 # ResourceQuotas and RuntimeClass overheads change rarely: read again after this long.
 QUOTA_TTL_SECONDS = 30.0
+# Boundary probes run at once in one pass: each is an exec that mostly waits on the node,
+# and a pass that probed one pod after another made pods hand-out-able at a probe's pace.
+PROBES_AT_ONCE = 4
 
 Key = tuple[str, str]  # (namespace, pool name)
 
@@ -74,12 +78,19 @@ class PoolKeeper:
         self._listed = False
         self._quotas: dict[str, tuple[float, list[dict[str, Any]]]] = {}
         self._overheads: dict[str, tuple[float, dict[str, str]]] = {}
+        self._probes = ThreadPoolExecutor(PROBES_AT_ONCE, thread_name_prefix="pool-probe")
 
     def nudge(self) -> None:
         """Something a pool waits for changed (a pool pod became Ready, a profile, a pool)."""
         self._wake.set()
 
     def run(self, stop: threading.Event) -> None:
+        try:
+            self._run(stop)
+        finally:
+            self._probes.shutdown(wait=False, cancel_futures=True)
+
+    def _run(self, stop: threading.Event) -> None:
         while not stop.is_set():
             self._wake.wait(self._interval)
             self._wake.clear()
@@ -214,8 +225,8 @@ class PoolKeeper:
         for name in plan.delete:
             log.info("deleting pool pod %s/%s", namespace, name)
             self._reconciler.delete_pod(by_name[name])
-        for name in plan.probe:
-            self._probe(by_name[name], expected)
+        # list(): a probe's exception is raised here, failing the pass as before.
+        list(self._probes.map(lambda name: self._probe(by_name[name], expected), plan.probe))
         if plan.create:
             self._create(pool, profile, namespace, plan.create, pacer_key)
 

@@ -168,13 +168,14 @@ def choose_pod(pods: Iterable[PoolPod], digest: str, taken: Iterable[str] = ()) 
 @dataclass
 class RefillPacer:
     """A token bucket: pool pods are created at most `rate` a second, `burst` at once,
-    and never with more than `in_flight` of a pool's pods still starting. gVisor pods
-    start in about a second each on a small node; creating them faster only queues them
-    in the kubelet and slows every start."""
+    and never with more than `in_flight` of a pool's pods still starting. A gVisor pod
+    takes 2-3 s to start on a 2-core node but mostly waits meanwhile, so several start
+    at once; many more only queue in the kubelet and slow every start
+    (docs/benchmarks: pool refill)."""
 
-    rate: float = 2.0
-    burst: int = 4
-    in_flight: int = 4
+    rate: float = 4.0
+    burst: int = 8
+    in_flight: int = 8
     _tokens: dict[str, float] = field(default_factory=dict)
     _last: dict[str, float] = field(default_factory=dict)
 
