@@ -35,6 +35,7 @@ from bench.kube import (
 )
 from bench.results import Section
 from openblox.client import Client
+from openblox.pool.plan import RefillPacer
 
 TITLES = {
     "pool": "Warm pool: claim create→Ready (burst; 1, 2, 5/s sustained) vs cold create and Docker"
@@ -49,6 +50,8 @@ RATES = (1.0, 2.0, 5.0)
 SIZES = (20, 5)
 # Claims waiting at once before a sustained run stops issuing more.
 MAX_IN_FLIGHT = 20
+# The operator's refill bounds, as its keeper uses them (the defaults).
+PACER = RefillPacer()
 GROUP: dict[str, Any] = {
     "group": "pool",
     "group_title": "Warm claim vs cold create, create→Ready",
@@ -120,6 +123,42 @@ def _burst(client: Client, names: list[str]) -> list[Claim]:
         thread.start()
     for thread in threads:
         thread.join()
+    return results
+
+
+def _api_floor(kube: Kube, namespace: str, count: int) -> list[float]:
+    """What the API server alone takes for `count` claims at once: each creates an object
+    (the Sandbox), writes it again (the hand-out) and reads it back (the caller learning
+    it is Ready), from as many threads. No operator, no watch fan-out: a lower bound."""
+    results: list[float] = []
+    barrier = threading.Barrier(count)
+    guard = threading.Lock()
+    base = f"/api/v1/namespaces/{namespace}/configmaps"
+
+    def one(index: int) -> None:
+        name = f"floor-{index}"
+        body = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}}
+        barrier.wait()
+        started = time.monotonic()
+        kube.request("POST", base, body)
+        kube.request(
+            "PATCH",
+            f"{base}/{name}",
+            {"data": {"claimed": "true"}},
+            content_type="application/merge-patch+json",
+        )
+        kube.request("GET", f"{base}/{name}")
+        with guard:
+            results.append((time.monotonic() - started) * 1000)
+
+    threads = [threading.Thread(target=one, args=(index,)) for index in range(count)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    for index in range(count):
+        with contextlib.suppress(ApiException):
+            kube.request("DELETE", f"{base}/floor-{index}")
     return results
 
 
@@ -279,11 +318,25 @@ def run(ctx: Any, section: Section) -> None:
     _set_pool(kube, ns_warm, burst)
     fill = _wait_warm(kube, ns_warm, burst)
     section.notes.append(f"the pool of {burst} was filled from empty in {fill:.0f} s")
+    section.figure(
+        f"pool.burst{burst}.api_floor",
+        f"API floor: {burst} at once, each a create, a patch and a read (the writes a claim "
+        "cannot do without), no operator",
+        "ms",
+        _api_floor(kube, ns_cold, burst),
+        label="API floor",
+        **GROUP,
+    )
     names = [f"burst-{i}" for i in range(burst)]
     claims = _burst(warm, names)
     errors.extend(c.error for c in claims if c.error)
     _record(
-        section, f"burst{burst}", f"burst of {burst} from a pool of {burst}", claims, headline=True
+        section,
+        f"burst{burst}",
+        f"burst of {burst} from a pool of {burst}",
+        claims,
+        headline=True,
+        floor=f"pool.burst{burst}.api_floor",
     )
     _settle(warm, kube, ns_warm, names)
     ctx.log("pool: burst done")
@@ -373,7 +426,7 @@ def run(ctx: Any, section: Section) -> None:
         "code-exec; memory 96Mi, scratch 8Mi, gVisor) for warm and cold alike, so a pool of 20 "
         "plus its refill fits next to other sessions' pods on this 2-core node. A claim boots "
         "nothing; the refill (a gVisor boot and a boundary probe per pod) does. Refill: at most "
-        "2 pods/s, 4 starting at once (pool/plan.py)."
+        f"{PACER.rate:g} pods/s, {PACER.in_flight} starting at once (pool/plan.py)."
     )
     with contextlib.suppress(ApiException):
         _set_pool(kube, ns_warm, None)
