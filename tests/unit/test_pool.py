@@ -254,3 +254,24 @@ def test_a_forgotten_pool_starts_with_a_full_bucket() -> None:
     pacer.spend("k", 2)
     pacer.forget(["k"])
     assert pacer.allowance("k", now=0.0, starting=0) == 2
+
+
+def test_refill_waits_while_claims_are_handed_out_and_pods_remain() -> None:
+    pacer = RefillPacer(rate=100.0, burst=8, in_flight=8, hold_seconds=0.5)
+    # A hand-out a moment ago, pods left: the burst of claims gets the cores first.
+    assert pacer.allowance("k", now=10.0, starting=0, handed_out_at=9.9, ready=5) == 0
+    assert pacer.allowance("k", now=10.3, starting=0, handed_out_at=10.2, ready=3) == 0
+    # Never longer than the hold at a stretch, however steady the claims.
+    assert pacer.allowance("k", now=10.5, starting=0, handed_out_at=10.45, ready=2) == 8
+    pacer.spend("k", 8)
+    assert pacer.allowance("k", now=10.6, starting=0, handed_out_at=10.55, ready=2) == 0
+    assert pacer.allowance("k", now=11.1, starting=0, handed_out_at=11.05, ready=2) > 0
+
+
+def test_refill_does_not_wait_for_an_empty_pool_or_a_quiet_one() -> None:
+    pacer = RefillPacer(rate=100.0, burst=8, in_flight=8, hold_seconds=0.5)
+    # Nothing left to hand out: claims are going cold, so refill at once.
+    assert pacer.allowance("k", now=10.0, starting=0, handed_out_at=9.99, ready=0) == 8
+    # The last hand-out was a while ago, or there was none.
+    assert pacer.allowance("j", now=10.0, starting=0, handed_out_at=9.0, ready=4) == 8
+    assert pacer.allowance("i", now=10.0, starting=0, ready=4) == 8

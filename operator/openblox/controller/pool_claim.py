@@ -37,12 +37,16 @@ class PoolClaimer:
         pools: PoolStore,
         boundary_of: Callable[[str], Boundary | None],
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+        *,
+        on_hand_out: Callable[[str, str], None] = lambda namespace, pool: None,
     ) -> None:
         self._kube = kube
         self._watched = watched
         self._pools = pools
         self._boundary_of = boundary_of
         self._clock = clock
+        # Told (namespace, pool name) after each hand-out: the keeper paces refill by it.
+        self._on_hand_out = on_hand_out
         self._lock = threading.Lock()
         # Pods a hand-out in this process is patching now: another reconcile picks another.
         self._taken: set[tuple[str, str]] = set()
@@ -71,6 +75,7 @@ class PoolClaimer:
                 log.info(
                     "handed pool pod %s/%s to Sandbox %s", sandbox.namespace, name, sandbox.name
                 )
+                self._on_hand_out(sandbox.namespace, str(pod["metadata"]["labels"][LABEL_POOL]))
                 return claimed
         return None
 

@@ -38,7 +38,14 @@ from openblox.controller.watched import Watched
 from openblox.models import Boundary, OpenbloxError, Profile, resolve_profile
 from openblox.models.pool import Pool
 from openblox.names import LABEL_POOL, Reason
-from openblox.pool.plan import RefillPacer, plan_pool, pod_footprint, pods_per_quota, pool_pod_view
+from openblox.pool.plan import (
+    RefillPacer,
+    can_hand_out,
+    plan_pool,
+    pod_footprint,
+    pods_per_quota,
+    pool_pod_view,
+)
 
 log = logging.getLogger(__name__)
 
@@ -79,6 +86,13 @@ class PoolKeeper:
         self._quotas: dict[str, tuple[float, list[dict[str, Any]]]] = {}
         self._overheads: dict[str, tuple[float, dict[str, str]]] = {}
         self._probes = ThreadPoolExecutor(PROBES_AT_ONCE, thread_name_prefix="pool-probe")
+        self._hand_outs: dict[str, float] = {}
+        self._hand_outs_guard = threading.Lock()
+
+    def handed_out(self, namespace: str, pool: str) -> None:
+        """A pod of this pool was just handed to a Sandbox (the claim, in a reconcile)."""
+        with self._hand_outs_guard:
+            self._hand_outs[f"{namespace}/{pool}"] = self._clock()
 
     def nudge(self) -> None:
         """Something a pool waits for changed (a pool pod became Ready, a profile, a pool)."""
@@ -130,7 +144,11 @@ class PoolKeeper:
                             pod["metadata"]["name"],
                         )
                         self._reconciler.delete_pod(pod)
-        self._pacer.forget([f"{ns}/{name}" for ns, name in set(pods) - set(desired)])
+        gone = [f"{ns}/{name}" for ns, name in set(pods) - set(desired)]
+        self._pacer.forget(gone)
+        with self._hand_outs_guard:
+            for pacer_key in gone:
+                self._hand_outs.pop(pacer_key, None)
         for key, (pool, profile, size) in desired.items():
             self._keep(key, pool, profile, size, pods.get(key, []))
 
@@ -212,9 +230,16 @@ class PoolKeeper:
         ]
         starting = sum(1 for v in views if v.starting and v.digest == profile.digest)
         pacer_key = f"{namespace}/{pool.name}"
-        plan = plan_pool(
-            size, views, profile.digest, self._pacer.allowance(pacer_key, self._clock(), starting)
+        with self._hand_outs_guard:
+            handed_out_at = self._hand_outs.get(pacer_key)
+        allowance = self._pacer.allowance(
+            pacer_key,
+            self._clock(),
+            starting,
+            handed_out_at=handed_out_at,
+            ready=sum(1 for v in views if can_hand_out(v, profile.digest)),
         )
+        plan = plan_pool(size, views, profile.digest, allowance)
         for view in views:
             if view.name in plan.delete and view.boundary_ok is False:
                 self._pools.record(

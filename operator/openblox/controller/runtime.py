@@ -82,7 +82,9 @@ class Runtime:
             kube, watched, pools, profiles, reconciler, held=lambda: election.leading
         )
         pools.on_change = keeper.nudge
-        reconciler.pods.claimer = PoolClaimer(kube, watched, pools, reconciler.boundary_of)
+        reconciler.pods.claimer = PoolClaimer(
+            kube, watched, pools, reconciler.boundary_of, on_hand_out=keeper.handed_out
+        )
 
         def profiles_changed() -> None:
             reaper.request_resync()

@@ -152,17 +152,19 @@ def choose_pod(pods: Iterable[PoolPod], digest: str, taken: Iterable[str] = ()) 
     """The pod to hand out: ready, its boundary checked, of the current digest, not taken
     by a hand-out in flight. The longest-warm goes first, so none grows stale."""
     excluded = set(taken)
-    ready = [
-        p
-        for p in pods
-        if p.ready
-        and p.boundary_ok is True
-        and p.digest == digest
-        and not p.terminating
-        and not p.ended
-        and p.name not in excluded
-    ]
+    ready = [p for p in pods if can_hand_out(p, digest) and p.name not in excluded]
     return min(ready, key=lambda p: (p.created, p.name)) if ready else None
+
+
+def can_hand_out(pod: PoolPod, digest: str) -> bool:
+    """Ready, its boundary checked, of the current digest, not going away."""
+    return (
+        pod.ready
+        and pod.boundary_ok is True
+        and pod.digest == digest
+        and not pod.terminating
+        and not pod.ended
+    )
 
 
 @dataclass
@@ -176,15 +178,38 @@ class RefillPacer:
     rate: float = 4.0
     burst: int = 8
     in_flight: int = 8
+    # While hand-outs are coming and the pool still has pods to hand out, refill waits up
+    # to this long: pods booting during a burst of claims take the cores the claims need.
+    hold_seconds: float = 0.5
     _tokens: dict[str, float] = field(default_factory=dict)
     _last: dict[str, float] = field(default_factory=dict)
+    _held_since: dict[str, float] = field(default_factory=dict)
 
-    def allowance(self, key: str, now: float, starting: int) -> int:
-        """Creates allowed for one pool in one namespace now, before any is spent."""
+    def allowance(
+        self,
+        key: str,
+        now: float,
+        starting: int,
+        *,
+        handed_out_at: float | None = None,
+        ready: int = 0,
+    ) -> int:
+        """Creates allowed for one pool in one namespace now, before any is spent.
+
+        `handed_out_at` is the last hand-out from this pool (same clock as `now`) and
+        `ready` how many pods it can still hand out. Refill is held while hand-outs are
+        recent and pods remain, but never longer than `hold_seconds` at a stretch, so a
+        steady stream of claims still gets a refill round every `hold_seconds`."""
         tokens = self._tokens.get(key, float(self.burst))
         last = self._last.get(key, now)
         tokens = min(float(self.burst), tokens + max(0.0, now - last) * self.rate)
         self._tokens[key], self._last[key] = tokens, now
+        busy = handed_out_at is not None and now - handed_out_at < self.hold_seconds
+        if busy and ready > 0:
+            since = self._held_since.setdefault(key, now)
+            if now - since < self.hold_seconds:
+                return 0
+        self._held_since.pop(key, None)
         return max(0, min(math.floor(tokens), self.in_flight - starting))
 
     def spend(self, key: str, created: int) -> None:
@@ -194,3 +219,4 @@ class RefillPacer:
         for key in keys:
             self._tokens.pop(key, None)
             self._last.pop(key, None)
+            self._held_since.pop(key, None)
