@@ -170,10 +170,9 @@ def can_hand_out(pod: PoolPod, digest: str) -> bool:
 @dataclass
 class RefillPacer:
     """A token bucket: pool pods are created at most `rate` a second, `burst` at once,
-    and never with more than `in_flight` of a pool's pods still starting. A gVisor pod
-    takes 2-3 s to start on a 2-core node but mostly waits meanwhile, so several start
-    at once; many more only queue in the kubelet and slow every start
-    (docs/benchmarks: pool refill)."""
+    and never with more than `in_flight` of a pool's pods still starting. The node's boot
+    rate bounds refill (about 1.3 gVisor pods/s on two cores); more starting at once only
+    queues them in the kubelet and slows every start (docs/pools.md has the figures)."""
 
     rate: float = 4.0
     burst: int = 8
