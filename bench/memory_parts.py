@@ -19,18 +19,32 @@ FIELDS = ("pss", "pss_anon", "pss_file", "pss_shmem")
 def role(process: procs.Process, table: Mapping[int, procs.Process]) -> str:
     argv = process.argv
     name = Path(argv[0]).name if argv else "?"
+    # A systrap stub is forked from the Sentry (or from another stub) and then unmaps
+    # everything, its arguments included, so it reads either as the Sentry's command line
+    # or as none at all.
+    if name in ("runsc-sandbox", "?") and _sentry_above(process, table):
+        return "systrap stubs (children of the Sentry)"
     if "containerd-shim" in name:
         return f"shim ({name})"
     if name == "runsc-sandbox":
-        parent = table.get(process.ppid)
-        if parent is not None and parent.argv and Path(parent.argv[0]).name == name:
-            return "systrap stubs (children of the Sentry)"
         return "Sentry (runsc-sandbox)"
     if name.startswith("runsc"):
         for command in ("gofer", "wait", "events", "exec", "start", "create", "state"):
             if command in argv[1:]:
                 return f"runsc {command}"
     return name
+
+
+def _sentry_above(process: procs.Process, table: Mapping[int, procs.Process]) -> bool:
+    """Whether the nearest ancestor with a command line is a runsc-sandbox."""
+    parent = table.get(process.ppid)
+    for _ in range(8):  # stubs nest a level or two; a bound keeps a pid loop finite
+        if parent is None:
+            return False
+        if parent.argv:
+            return Path(parent.argv[0]).name == "runsc-sandbox"
+        parent = table.get(parent.ppid)
+    return False
 
 
 def breakdown(pids: Iterable[int]) -> dict[str, dict[str, int]]:

@@ -77,23 +77,37 @@ go_install() {
 }
 
 # gVisor's containerd shim (package gvisor.dev/gvisor/shim), built from the same module
-# version with one local change: it sets its own oom_score_adj to -999, which needs
-# CAP_SYS_RESOURCE, and root on this kind of machine does not have it. The patched shim
-# keeps the score it inherits from containerd instead. Nothing else differs.
+# version with two local changes (docs/adr/0004, docs/adr/0012):
+# - it sets its own oom_score_adj to -999, which needs CAP_SYS_RESOURCE, and root on this
+#   kind of machine does not have it; the patched shim keeps the score it inherits from
+#   containerd instead;
+# - it waits for a container's exit with `runsc wait`'s one RPC to the sandbox, made from
+#   the shim (cluster/gvisor-shim/sandbox_wait.go), instead of keeping a `runsc wait`
+#   process per container alive (about 3 MiB of host memory each).
+# The stamp beside the binary names the patch, so a changed patch rebuilds the shim.
 build_runsc_shim() {
   local out=$CACHE/gvisor-$GVISOR_VERSION
-  [[ -x $out/containerd-shim-runsc-v1 ]] && { log "gvisor shim cached"; return; }
+  local stamp; stamp=$(cat "$here/gvisor-shim/"*.go <(declare -f build_runsc_shim) | sha256sum | cut -d' ' -f1)
+  [[ -x $out/containerd-shim-runsc-v1 && $(cat "$out/containerd-shim-runsc-v1.patch" 2>/dev/null) == "$stamp" ]] &&
+    { log "gvisor shim cached"; return; }
   log "building gvisor shim $GVISOR_VERSION"
   local src; src=$(GOFLAGS=-mod=mod go mod download -json "gvisor.dev/gvisor@$GVISOR_VERSION" |
     python3 -c 'import json,sys; print(json.load(sys.stdin)["Dir"])')
   local work; work=$(mktemp -d)
   cp -r "$src/." "$work/"
   chmod -R u+w "$work"
-  grep -q 'oomScoreMax = -999' "$work/pkg/shim/v1/manager.go" ||
-    { rm -rf "$work"; echo "gvisor shim: the oom score line moved; update build.sh" >&2; return 1; }
-  sed -i 's/oomScoreMax = -999/oomScoreMax = 0/' "$work/pkg/shim/v1/manager.go"
+  local manager=$work/pkg/shim/v1/manager.go init=$work/pkg/shim/v1/proc/init.go
+  local wait_call='status, err := p.runtime.Wait(context.Background(), p.id)'
+  grep -q 'oomScoreMax = -999' "$manager" && [[ $(grep -cF "$wait_call" "$init") == 1 ]] ||
+    { rm -rf "$work"; echo "gvisor shim: a patched line moved; update build.sh" >&2; return 1; }
+  sed -i 's/oomScoreMax = -999/oomScoreMax = 0/' "$manager"
+  sed -i 's/p\.runtime\.Wait(context\.Background(), p\.id)/waitForContainer(p.runtime, p.id)/' "$init"
+  grep -q 'waitForContainer(p.runtime, p.id)' "$init" ||
+    { rm -rf "$work"; echo "gvisor shim: the wait patch did not apply" >&2; return 1; }
+  cp "$here/gvisor-shim/"*.go "$work/pkg/shim/v1/proc/"
   (cd "$work" && go build -trimpath -ldflags "-s -w" -o "$out/containerd-shim-runsc-v1.partial" ./shim)
   mv "$out/containerd-shim-runsc-v1.partial" "$out/containerd-shim-runsc-v1"
+  echo "$stamp" >"$out/containerd-shim-runsc-v1.patch"
   rm -rf "$work"
 }
 

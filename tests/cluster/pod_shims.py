@@ -1,10 +1,12 @@
 """Which containerd shims serve a pod, read from its node's process table.
 
-gVisor's shim starts one `runsc wait <container id>` per container it serves, as its own
-child, so a container's shim is the parent of that container's `runsc wait`. With shim
-grouping (cluster/runsc-shim.toml) every container of a pod, the pause container among
-them, has the same parent. The same check runs on the embedded node (this machine's /proc)
-and on a kind node (`ps` inside the node container).
+Every container under gVisor has a gofer (`runsc-gofer ... gofer --bundle <bundle>`,
+the bundle's last path element being the container's ID). Its `runsc create` exits once
+the container exists, and the gofer is then re-parented to the shim, which is a child
+subreaper. So a container's shim is the parent of its gofer. With shim grouping
+(cluster/runsc-shim.toml), every container of a pod, the pause container among them, has
+the same parent. The same check runs on the embedded node (this machine's /proc) and on
+a kind node (`ps` inside the node container).
 """
 
 from __future__ import annotations
@@ -61,20 +63,45 @@ def pod_containers(run: Run, namespace: str, pod: str) -> tuple[str, list[str]]:
     return ready[0], [c["id"] for c in listing["containers"]]
 
 
+def gofer_bundle(argv: Sequence[str]) -> str | None:
+    """The bundle directory a gofer serves, or None when argv is not a gofer's."""
+    if not argv or not Path(argv[0]).name.startswith("runsc") or "gofer" not in argv:
+        return None
+    rest = list(argv[argv.index("gofer") + 1 :])
+    for i, arg in enumerate(rest):
+        if arg == "--bundle" and i + 1 < len(rest):
+            return rest[i + 1]
+        if arg.startswith("--bundle="):
+            return arg.removeprefix("--bundle=")
+    return None
+
+
 def shims_of(processes: Sequence[Process], container_ids: Sequence[str]) -> dict[str, Process]:
-    """Container ID -> the shim serving it (the parent of its `runsc wait`)."""
+    """Container ID -> the shim serving it (the parent of its gofer)."""
     by_pid = {p.pid: p for p in processes}
     served: dict[str, Process] = {}
     for process in processes:
-        argv = process.argv
-        if len(argv) < 2 or "wait" not in argv[1:] or argv[-1] not in container_ids:
-            continue
-        if not Path(argv[0]).name.startswith("runsc"):
+        bundle = gofer_bundle(process.argv)
+        if bundle is None or Path(bundle).name not in container_ids:
             continue
         parent = by_pid.get(process.ppid)
         if parent is not None and parent.argv and Path(parent.argv[0]).name == SHIM:
-            served[argv[-1]] = parent
+            served[Path(bundle).name] = parent
     missing = [c for c in container_ids if c not in served]
     if missing:
-        raise AssertionError(f"no `runsc wait` under a {SHIM} for containers {missing}")
+        raise AssertionError(f"no gofer under a {SHIM} for containers {missing}")
     return served
+
+
+def runsc_waits(processes: Sequence[Process], container_ids: Sequence[str]) -> list[Process]:
+    """`runsc ... wait <id>` processes for these containers. The patched shim waits for a
+    container over the sandbox's control socket instead (docs/adr/0012), so on the
+    project's nodes there are none."""
+    return [
+        p
+        for p in processes
+        if len(p.argv) >= 2
+        and Path(p.argv[0]).name.startswith("runsc")
+        and "wait" in p.argv[1:]
+        and p.argv[-1] in container_ids
+    ]

@@ -106,6 +106,36 @@ def test_gvisor_multi_container_pod_shares_volumes_and_execs(kube: Kube, namespa
     assert failed.returncode == 7
 
 
+def test_gvisor_containers_report_their_exit_code_and_the_signal_that_ended_them(
+    kube: Kube, namespace: str
+) -> None:
+    """gVisor's shim learns a container's exit from the sandbox itself (docs/adr/0012): a
+    process's own exit code, and 128 + the signal that ended it, reach the pod."""
+    ends = pod("ends", namespace, runtime="gvisor", containers=2)
+    ends["spec"]["restartPolicy"] = "Never"
+    # The kubelet stops the pod here and sends c1 SIGTERM. gVisor delivers it to the
+    # container's first process even without a handler (Linux would ignore it for a PID
+    # namespace's init), so `sleep` ends by SIGTERM within the 1 s grace period.
+    ends["spec"]["activeDeadlineSeconds"] = 20
+    ends["spec"]["containers"][0]["command"] = ["sh", "-c", "exit 3"]
+    kube.apply(ends)
+    deadline = time.monotonic() + 120
+    while True:
+        status = kube.get("pod", "ends", namespace).get("status", {})
+        ended = {
+            c["name"]: c["state"]["terminated"]
+            for c in status.get("containerStatuses", [])
+            if "terminated" in c.get("state", {})
+        }
+        if len(ended) == 2:
+            break
+        assert time.monotonic() < deadline, f"containers still running: {status}"
+        time.sleep(1)
+    assert ended["c0"]["exitCode"] == 3, ended
+    assert ended["c1"]["exitCode"] == 128 + 15, ended
+    assert status["phase"] == "Failed", status
+
+
 CONNECT = (
     "import socket,sys\n"
     "s=socket.socket(); s.settimeout(3)\n"

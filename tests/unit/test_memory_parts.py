@@ -14,6 +14,9 @@ def _table() -> dict[int, Process]:
         Process(13, 10, ["runsc-gofer", "--root=/run/runsc", "gofer", "--bundle=/b"]),
         Process(14, 10, ["/bin/runsc", "--root=/run/runsc", "wait", "abc"]),
         Process(15, 1, ["/usr/bin/containerd-shim-runc-v2", "-id", "def"]),
+        Process(16, 11, []),
+        Process(18, 16, []),
+        Process(17, 1, []),
     ]
     return {process.pid: process for process in processes}
 
@@ -29,6 +32,9 @@ def test_each_process_is_named_by_its_role() -> None:
         13: "runsc gofer",
         14: "runsc wait",
         15: "shim (containerd-shim-runc-v2)",
+        16: "systrap stubs (children of the Sentry)",
+        18: "systrap stubs (children of the Sentry)",
+        17: "?",
     }
 
 
