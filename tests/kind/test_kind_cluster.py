@@ -97,9 +97,10 @@ def test_a_sandbox_prints_42_from_a_gvisor_node(kind_operator: Kube) -> None:
             pod["metadata"]["name"],
         )
         ps = docker("exec", node, "ps", "-eo", "pid=,ppid=,args=").stdout
-        served = shims_of(parse_ps(ps), [pod_id, *containers])
+        processes = parse_ps(ps)
+        served = shims_of(processes, [pod_id, *containers])
         assert len({shim.pid for shim in served.values()}) == 1, served
-        assert runsc_waits(parse_ps(ps), [pod_id, *containers]) == []
+        assert runsc_waits(processes, [pod_id, *containers]) == []
 
 
 def test_with_no_gvisor_node_free_the_sandbox_says_runtime_unavailable(
