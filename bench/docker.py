@@ -47,9 +47,22 @@ OPENBLOX_FLAGS = [
 ]
 
 
-def idle_container(name: str, label: str, *, memory: str, cpus: str) -> list[str]:
+# A Sandbox's pod also has runsc apply its seccomp profile inside the Sentry (runsc's
+# oci-seccomp, docs/adr/0007); this runtime and profile give a Docker container the same.
+SECCOMP_RUNTIME = "runsc-oci-seccomp"
+SECCOMP_PROFILE = env.REPO / "cluster" / "seccomp" / "sandbox.json"
+
+
+def idle_container(
+    name: str, label: str, *, memory: str, cpus: str, seccomp: bool = False
+) -> list[str]:
     """`docker run -d` arguments for an idle container with openblox's flags and limits
-    (memory without swap), labelled for the benchmark's clean-up."""
+    (memory without swap), labelled for the benchmark's clean-up; with seccomp, also the
+    Sandbox's seccomp profile, enforced inside the Sentry as in a Sandbox's pod."""
+    flags = list(OPENBLOX_FLAGS)
+    if seccomp:
+        flags[flags.index("runsc")] = SECCOMP_RUNTIME
+        flags += ["--security-opt", f"seccomp={SECCOMP_PROFILE}"]
     return [
         "run",
         "-d",
@@ -57,7 +70,7 @@ def idle_container(name: str, label: str, *, memory: str, cpus: str) -> list[str
         name,
         "--label",
         f"openblox.bench={label}",
-        *OPENBLOX_FLAGS,
+        *flags,
         "--memory",
         memory,
         "--memory-swap",
@@ -129,13 +142,15 @@ class Docker:
                     "kube-proxy resyncs too, so this may not be dockerd's doing"
                 )
         info = json.loads(self.run("info", "--format", "{{json .}}"))
-        if "runsc" not in (info.get("Runtimes") or {}):
-            self.problem = "the project's dockerd has no runsc runtime"
+        missing = {"runsc", SECCOMP_RUNTIME} - set(info.get("Runtimes") or {})
+        if missing:
+            self.problem = f"the project's dockerd has no runtime {', '.join(sorted(missing))}"
             return False
         self.notes.append(
             f"Docker {info.get('ServerVersion')} (Debian docker.io, cluster/docker.sh), storage "
             f"{info.get('Driver')}, cgroup driver {info.get('CgroupDriver')}, "
-            "runtime runsc (node runsc, --network=none --platform=systrap)"
+            "runtime runsc (node runsc, --network=none --platform=systrap; "
+            f"{SECCOMP_RUNTIME} adds --oci-seccomp)"
         )
         self._ensure_image()
         return True

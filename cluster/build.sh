@@ -77,17 +77,25 @@ go_install() {
 }
 
 # gVisor's containerd shim (package gvisor.dev/gvisor/shim), built from the same module
-# version with two local changes (docs/adr/0004, docs/adr/0012):
+# version with four local changes (docs/adr/0004, docs/adr/0012, docs/adr/0013):
 # - it sets its own oom_score_adj to -999, which needs CAP_SYS_RESOURCE, and root on this
 #   kind of machine does not have it; the patched shim keeps the score it inherits from
 #   containerd instead;
 # - it waits for a container's exit with `runsc wait`'s one RPC to the sandbox, made from
-#   the shim (cluster/gvisor-shim/sandbox_wait.go), instead of keeping a `runsc wait`
-#   process per container alive (about 3 MiB of host memory each).
+#   the shim (pkg/shim/v1/proc/sandbox_wait.go), instead of keeping a `runsc wait` process
+#   per container alive (about 3 MiB of host memory each);
+# - it serves a pod's pause container from the node's EROFS image of the pause rootfs
+#   (pkg/shim/v1/runsc/pause_rootfs.go), so that container has no gofer (about 5 MiB);
+# - its copy of runsc/specutils/seccomp has no syscall table
+#   (runsc/specutils/seccomp/no_syscall_table.go), so the shim does not carry the
+#   Sentry's kernel packages (about 1 MiB of heap each).
+# Each file under cluster/gvisor-shim/ is added at the same path in gVisor's tree; the
+# patch's Go tests run before the build. runsc itself is built from the unchanged module.
 # The stamp beside the binary names the patch, so a changed patch rebuilds the shim.
 build_runsc_shim() {
-  local out=$CACHE/gvisor-$GVISOR_VERSION
-  local stamp; stamp=$(cat "$here/gvisor-shim/"*.go <(declare -f build_runsc_shim) | sha256sum | cut -d' ' -f1)
+  local out=$CACHE/gvisor-$GVISOR_VERSION patch=$here/gvisor-shim
+  local stamp; stamp=$(cd "$patch" && find . -type f -name '*.go' | LC_ALL=C sort | xargs cat |
+    cat - <(declare -f build_runsc_shim) | sha256sum | cut -d' ' -f1)
   [[ -x $out/containerd-shim-runsc-v1 && $(cat "$out/containerd-shim-runsc-v1.patch" 2>/dev/null) == "$stamp" ]] &&
     { log "gvisor shim cached"; return; }
   log "building gvisor shim $GVISOR_VERSION"
@@ -97,14 +105,25 @@ build_runsc_shim() {
   cp -r "$src/." "$work/"
   chmod -R u+w "$work"
   local manager=$work/pkg/shim/v1/manager.go init=$work/pkg/shim/v1/proc/init.go
+  local service=$work/pkg/shim/v1/runsc/service.go seccomp=$work/runsc/specutils/seccomp/seccomp.go
   local wait_call='status, err := p.runtime.Wait(context.Background(), p.id)'
-  grep -q 'oomScoreMax = -999' "$manager" && [[ $(grep -cF "$wait_call" "$init") == 1 ]] ||
+  local cgroup_line='updated = setPodCgroup(spec) || updated'
+  grep -q 'oomScoreMax = -999' "$manager" && [[ $(grep -cF "$wait_call" "$init") == 1 ]] &&
+    [[ $(grep -cF "$cgroup_line" "$service") == 1 ]] && grep -q '^func lookupSyscallNo(' "$seccomp" ||
     { rm -rf "$work"; echo "gvisor shim: a patched line moved; update build.sh" >&2; return 1; }
   sed -i 's/oomScoreMax = -999/oomScoreMax = 0/' "$manager"
   sed -i 's/p\.runtime\.Wait(context\.Background(), p\.id)/waitForContainer(p.runtime, p.id)/' "$init"
-  grep -q 'waitForContainer(p.runtime, p.id)' "$init" ||
-    { rm -rf "$work"; echo "gvisor shim: the wait patch did not apply" >&2; return 1; }
-  cp "$here/gvisor-shim/"*.go "$work/pkg/shim/v1/proc/"
+  sed -i 's/^\(\s*\)updated = setPodCgroup(spec) || updated$/&\n\1updated = servePauseFromImage(spec, rootfs) || updated/' "$service"
+  # lookupSyscallNo is the only user of these three imports in seccomp.go.
+  sed -i '/^\s*"gvisor.dev\/gvisor\/pkg\/sentry\/kernel"$/d; /^\s*slinux "gvisor.dev\/gvisor\/pkg\/sentry\/syscalls\/linux"$/d
+    /^\s*"gvisor.dev\/gvisor\/pkg\/abi\/linux"$/d; /^func lookupSyscallNo(/,/^}/d' "$seccomp"
+  cp -r "$patch/." "$work/"
+  grep -q 'waitForContainer(p.runtime, p.id)' "$init" &&
+    grep -q 'updated = servePauseFromImage(spec, rootfs) || updated' "$service" &&
+    ! (cd "$work" && go list -deps ./shim) | grep -qx 'gvisor.dev/gvisor/pkg/sentry/kernel' ||
+    { rm -rf "$work"; echo "gvisor shim: a patch did not apply" >&2; return 1; }
+  (cd "$work" && go test -count=1 ./pkg/shim/v1/runsc/ >&2) ||
+    { rm -rf "$work"; echo "gvisor shim: the patch's tests failed" >&2; return 1; }
   (cd "$work" && go build -trimpath -ldflags "-s -w" -o "$out/containerd-shim-runsc-v1.partial" ./shim)
   mv "$out/containerd-shim-runsc-v1.partial" "$out/containerd-shim-runsc-v1"
   echo "$stamp" >"$out/containerd-shim-runsc-v1.patch"

@@ -48,7 +48,7 @@ default_ip() { ip -4 route show default | sed -n 's/.* dev \([^ ]*\).*/\1/p' | h
 # Each line: a command `up` needs, and the Debian package that provides it.
 PREREQS="runc:runc iptables:iptables ipset:ipset
 conntrack:conntrack ip:iproute2 debootstrap:debootstrap mount:mount nsenter:util-linux
-socat:socat curl:curl"
+socat:socat curl:curl mkfs.erofs:erofs-utils"
 
 missing_prereqs() {
   local missing=() entry
@@ -371,6 +371,9 @@ EOF
 # the project's version (openblox.local/NAME:VERSION); the build tags them by content.
 import_images() {
   PYTHON=$PYTHON "$here/images/build.sh" --import "$CONTAINERD_SOCK" pause sandbox operator >/dev/null
+  # gVisor's shim serves pause containers from this image of the pause rootfs, with no
+  # gofer (docs/adr/0013); it reads it from the directory it reads its config from.
+  "$PYTHON" "$here/pause_erofs.py" "$(cat "$CACHE/images/pause.archive")" "$RUNSC_SHIM_CONFIG_DIR"
   local version name ref
   version=$(sed -n 's/^version = "\(.*\)"/\1/p' "$repo/pyproject.toml")
   for name in sandbox operator; do

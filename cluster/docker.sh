@@ -66,7 +66,8 @@ EOF
   mv "$wrapper.partial" "$wrapper"
   cat >"$STATE/daemon.json" <<EOF
 {
- "runtimes": {"runsc": {"path": "$wrapper"}},
+ "runtimes": {"runsc": {"path": "$wrapper"},
+              "runsc-oci-seccomp": {"path": "$wrapper", "runtimeArgs": ["--oci-seccomp"]}},
  "iptables": false,
  "ip6tables": false,
  "ip-forward": false,

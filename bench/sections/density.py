@@ -1,14 +1,17 @@
 """Density of the shipped profile: how many idle `code-exec` Sandboxes one node holds, and
 their host memory per Sandbox at 1, 10 and 50 (or as many as fit) against the same number
 of `docker run --runtime runsc` containers with openblox's flags and code-exec's limits
-(512m memory, 0.5 CPU), measured first in the same run.
+(512m memory, 0.5 CPU), measured in the same run.
 
 The ramp creates code-exec Sandboxes a few at a time until the next would not fit: the
 node's CPU or memory requests (read from the live profile and RuntimeClass, as the
 scheduler counts them, less `--reserve-cpu` for other users), host MemAvailable, or the
 time budget. At each checkpoint the node is left idle for a moment, then the PSS of every
 process under each pod's shims is read and split by role (bench/memory_parts.py): shims
-per pod, the Sentry, its stubs, gofers, `runsc wait`.
+per pod, the Sentry, its stubs, gofers, `runsc wait`. Once the Sandboxes are gone, Docker
+containers are started up to each count the ramp measured, and measured the same way.
+Both run the same runsc binary, whose pages PSS splits between every process that maps
+them, so each side is compared with the other at the same count.
 """
 
 from __future__ import annotations
@@ -56,25 +59,40 @@ def _pod_requests(kube: Kube) -> tuple[float, float, str]:
     return cpu, memory, how
 
 
-def _docker_baseline(ctx: Any, section: Section, count: int) -> dict[str, Any]:
+def _docker_baseline(
+    ctx: Any, section: Section, counts: list[int], *, seccomp: bool
+) -> dict[int, dict[str, Any]]:
+    """Idle docker runsc containers, started up to each of counts and measured there; with
+    seccomp, each with the Sandbox's seccomp profile enforced inside the Sentry."""
     docker = docker_mod.shared(ctx)
     if docker.problem:
         section.notes.append(f"docker baseline not measured: {docker.problem}")
         return {}
     section.notes.extend(n for n in docker.notes if n not in section.notes)
-    names = [f"obx-bench-density-{ctx.run_id}-{i}" for i in range(count)]
+    variant = "seccomp" if seccomp else "plain"
+    names: list[str] = []
+    measured: dict[int, dict[str, Any]] = {}
     try:
-        for name in names:
-            docker.run(*docker_mod.idle_container(name, "density", memory="512m", cpus="0.5"))
-        time.sleep(ctx.seconds(5.0, 1.0))
-        trees = [docker_mod.container_pids(name, docker) for name in names]
-        return {
-            "pss": [procs.memory_of(pids)["pss"] / MIB for pids in trees],
-            "parts": memory_parts.mean([memory_parts.breakdown(pids) for pids in trees]),
-        }
+        for count in sorted(set(counts)):
+            while len(names) < count:
+                names.append(f"obx-bench-density-{ctx.run_id}-{variant}-{len(names)}")
+                docker.run(
+                    *docker_mod.idle_container(
+                        names[-1], "density", memory="512m", cpus="0.5", seccomp=seccomp
+                    )
+                )
+            time.sleep(ctx.seconds(5.0, 1.0))
+            trees = [docker_mod.container_pids(name, docker) for name in names]
+            measured[count] = {
+                "pss": [procs.memory_of(pids)["pss"] / MIB for pids in trees],
+                "parts": memory_parts.mean([memory_parts.breakdown(pids) for pids in trees]),
+            }
+            ctx.log(f"density: {count} docker runsc containers ({variant}) measured")
     finally:
         with contextlib.suppress(RuntimeError):
-            docker.run("rm", "-f", *names, timeout=300)
+            if names:
+                docker.run("rm", "-f", *names, timeout=300)
+    return measured
 
 
 class Ramp:
@@ -177,7 +195,6 @@ def run(ctx: Any, section: Section) -> None:
     kube: Kube = ctx.kube
     cpu_m, memory_mib, how = _pod_requests(kube)
     section.notes.append(f"{PROFILE} as the scheduler counts it: {how}")
-    docker = _docker_baseline(ctx, section, ctx.n(10, 2))
     target = ctx.args.density_max if not ctx.quick else 3
     points = sorted({p for p in POINTS if p <= target} | {target}) if not ctx.quick else [1, 3]
     start = node_capacity(kube)
@@ -192,38 +209,88 @@ def run(ctx: Any, section: Section) -> None:
                 ctx.log(f"density: {len(ramp.live)} live, {ramp.stopped or 'ok'}")
             if not reached:
                 break
-        _record(section, ramp, measured, docker, start)
     finally:
-        # Recorded first: a run cut short while the namespace goes keeps its figures.
-        delete_namespace(kube, ramp.namespace, wait=120)
+        delete_namespace(kube, ramp.namespace, wait=300)
+    counts = [point["live"] for point in measured]
+    docker = _docker_baseline(ctx, section, counts, seccomp=False)
+    docker_seccomp = _docker_baseline(ctx, section, counts, seccomp=True)
+    _record(section, ramp, measured, docker, start)
+    _record_seccomp_baseline(section, measured, docker_seccomp)
     if not measured:
         section.status = "failed"
         section.error = f"no code-exec Sandbox became Ready: {ramp.stopped or ramp.failures}"
+
+
+def _record_seccomp_baseline(
+    section: Section, measured: list[dict[str, Any]], docker: dict[int, dict[str, Any]]
+) -> None:
+    """Docker containers with the Sandbox's seccomp profile enforced inside the Sentry, as
+    a Sandbox's pod has it (docs/adr/0007), beside the Sandboxes at the same count."""
+    rows = []
+    for point in measured:
+        live, run = point["live"], docker.get(point["live"])
+        if not run or not run["pss"]:
+            continue
+        section.figure(
+            f"density.pss.docker_runsc_seccomp.{live}",
+            f"host PSS per idle docker runsc container with the Sandbox's seccomp profile "
+            f"enforced in the Sentry (--oci-seccomp), {live} running",
+            "MiB",
+            run["pss"],
+            baseline=f"density.pss.docker_runsc.{live}",
+            group="pss",
+            label=f"docker runsc with the Sandbox's seccomp, {live} running",
+        )
+        if point["pss"]:
+            ratio = statistics.median(point["pss"]) / statistics.median(run["pss"])
+            rows.append(
+                [
+                    live,
+                    round(statistics.median(point["pss"]), 1),
+                    round(statistics.median(run["pss"]), 1),
+                    f"{ratio:.2f}x",
+                ]
+            )
+    if rows:
+        section.table(
+            "Sandbox against docker runsc with the same in-Sentry seccomp (p50)",
+            ["Sandboxes (and Docker containers)", "Sandbox PSS MiB", "Docker PSS MiB", "ratio"],
+            rows,
+        )
+        last = measured[-1]
+        if docker.get(last["live"]):
+            section.table(
+                f"Where the memory of one idle code-exec Sandbox goes, {last['live']} running, "
+                f"against one docker runsc container with the same in-Sentry seccomp "
+                f"({last['live']} running)",
+                memory_parts.HEADER,
+                memory_parts.table_rows(last["parts"], docker[last["live"]]["parts"]),
+            )
 
 
 def _record(
     section: Section,
     ramp: Ramp,
     measured: list[dict[str, Any]],
-    docker: dict[str, Any],
+    docker: dict[int, dict[str, Any]],
     start: dict[str, float],
 ) -> None:
-    baseline = None
-    if docker.get("pss"):
-        baseline = "density.pss.docker_runsc"
-        section.figure(
-            baseline,
-            f"host PSS per idle docker runsc container (512m, 0.5 CPU; {len(docker['pss'])} "
-            "running)",
-            "MiB",
-            docker["pss"],
-            group="pss",
-            group_title="Host memory (PSS) per idle sandbox",
-            label="docker run --runtime runsc (openblox flags)",
-        )
     rows = []
     for point in measured:
         live = point["live"]
+        baseline_run = docker.get(live, {})
+        baseline = None
+        if baseline_run.get("pss"):
+            baseline = f"density.pss.docker_runsc.{live}"
+            section.figure(
+                baseline,
+                f"host PSS per idle docker runsc container (512m, 0.5 CPU), {live} running",
+                "MiB",
+                baseline_run["pss"],
+                group="pss",
+                group_title="Host memory (PSS) per idle sandbox",
+                label=f"docker run --runtime runsc (openblox flags), {live} running",
+            )
         section.figure(
             f"density.pss.sandbox.{live}",
             f"host PSS per idle code-exec Sandbox, {live} running",
@@ -238,6 +305,7 @@ def _record(
             [
                 live,
                 round(statistics.fmean(point["pss"]), 1) if point["pss"] else None,
+                round(statistics.fmean(baseline_run["pss"]), 1) if baseline_run else None,
                 round(statistics.fmean(point["working_set"]), 1) if point["working_set"] else None,
                 ", ".join(str(n) for n in sorted(set(point["shims"]))),
                 round(point["available_gib"], 2),
@@ -246,13 +314,20 @@ def _record(
         if live > 1:
             section.table(
                 f"Where the memory of one idle code-exec Sandbox goes, {live} running, against "
-                f"one docker runsc container ({len(docker.get('pss', []))} running)",
+                f"one docker runsc container ({live} running)",
                 memory_parts.HEADER,
-                memory_parts.table_rows(point["parts"], docker.get("parts") or {}),
+                memory_parts.table_rows(point["parts"], baseline_run.get("parts") or {}),
             )
     section.table(
         "Mean per idle code-exec Sandbox",
-        ["Sandboxes", "PSS MiB", "pod cgroup working set MiB", "shims per pod", "MemAvailable GiB"],
+        [
+            "Sandboxes (and Docker containers)",
+            "PSS MiB",
+            "Docker runsc PSS MiB",
+            "pod cgroup working set MiB",
+            "shims per pod",
+            "MemAvailable GiB",
+        ],
         rows,
     )
     section.figure(

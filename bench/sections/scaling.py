@@ -407,7 +407,8 @@ def record_memory(
     memory.notes.append(
         "PSS sums /proc/<pid>/smaps_rollup over every process under the pod's containerd "
         "shims (gVisor: one shim per pod, runsc-sandbox with its systrap stub processes, "
-        "a gofer per container; docs/adr/0012 for why no `runsc wait`), so shared pages (the runsc "
+        "a gofer for the sandbox's container but none for the pause container; docs/adr/0012 "
+        "and 0013), so shared pages (the runsc "
         "binary) are split between sandboxes instead of counted in each. The cgroup "
         "working set counts the Sentry's memory file (guest memory, tmpfs) but not the "
         "shims, which run outside the pod cgroup."

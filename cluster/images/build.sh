@@ -6,8 +6,9 @@
 #
 # For each IMAGE: prints its reference on stdout (one line each, in order), writes it to
 # ${OPENBLOX_CACHE:-/var/cache/openblox}/images/IMAGE.ref, and keeps the archive there as
-# IMAGE-KEY.tar (KEY: hash of the build scripts, the image's directory, and its other inputs;
-# IMAGE-KEY.json holds the reference and manifest digest). A second run with the same inputs
+# IMAGE-KEY.tar, whose path it writes to IMAGE.archive (KEY: hash of the build scripts, the
+# image's directory, and its other inputs; IMAGE-KEY.json holds the reference and manifest
+# digest). A second run with the same inputs
 # builds nothing. With --import, each image is imported into containerd's k8s.io namespace
 # unless containerd already has that reference at that digest.
 #
@@ -112,6 +113,8 @@ build_one() {
   read -r REF DIGEST < <("$PYTHON" -c 'import json, sys; d = json.load(open(sys.argv[1])); print(d["ref"], d["digest"])' "$meta")
   printf '%s\n' "$REF" >"$CACHE_DIR/$img.ref.partial"
   mv "$CACHE_DIR/$img.ref.partial" "$CACHE_DIR/$img.ref"
+  printf '%s\n' "$ARCHIVE" >"$CACHE_DIR/$img.archive.partial"
+  mv "$CACHE_DIR/$img.archive.partial" "$CACHE_DIR/$img.archive"
 }
 
 for img in "${images[@]}"; do

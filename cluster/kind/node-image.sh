@@ -102,13 +102,15 @@ declare -A NODE_BINARIES=(
   [/opt/nri/plugins/10-openblox]=$nri
 )
 
-# The newest archive of each node image (build.sh just built or touched it).
-archive_of() { find "$CACHE_DIR" -maxdepth 1 -name "$1-*.tar" -printf '%T@\t%p\n' | sort -rn | head -n 1 | cut -f2; }
+# The archive build.sh just built or found for a node image.
+archive_of() { cat "$CACHE_DIR/$1.archive"; }
 
 node_key() {
   {
     echo "kind-node v1 kind $KIND_VERSION kubernetes $KUBERNETES_VERSION rootfs $(rootfs_key)"
-    hash_files "$here/node-image.sh" "$IMAGES_DIR/lib.sh" "$here/../seccomp/sandbox.json" "$here/../runsc-shim.toml"
+    hash_files "$here/node-image.sh" "$IMAGES_DIR/lib.sh" "$here/../seccomp/sandbox.json" "$here/../runsc-shim.toml" \
+      "$here/../pause_erofs.py"
+    echo "erofs-utils $(dpkg-query -W -f '${Version}' erofs-utils 2>/dev/null || echo none)"
     hash_dir "$here/node"
     (cd "$base_files" && find . -type f -print0 | LC_ALL=C sort -z | xargs -0 sha256sum)
     local dest
@@ -165,6 +167,9 @@ install_node_files() {
   install -m 0644 "$here/node/runsc.toml" "$root/etc/containerd/runsc.toml"
   # The shim's own settings, read from this fixed path: one shim per pod (cluster/runsc-shim.toml).
   install -D -m 0644 "$here/../runsc-shim.toml" "$root/etc/containerd/runsc/config.toml"
+  # Beside it, the pause rootfs as an EROFS image, which the shim serves pause containers
+  # from without a gofer (docs/adr/0013).
+  "$PYTHON" "$here/../pause_erofs.py" "$(archive_of pause)" "$root/etc/containerd/runsc"
   # openblox's seccomp profile, which sandbox pods name as Localhost (docs/adr/0007).
   install -D -m 0644 "$here/../seccomp/sandbox.json" "$root/var/lib/kubelet/seccomp/openblox/sandbox.json"
   install -m 0644 "$here/node/default-storage.yaml" "$root/kind/manifests/default-storage.yaml"

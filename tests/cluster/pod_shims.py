@@ -1,12 +1,14 @@
-"""Which containerd shims serve a pod, read from its node's process table.
+"""Which containerd shims and gofers serve a pod, read from its node's process table.
 
-Every container under gVisor has a gofer (`runsc-gofer ... gofer --bundle <bundle>`,
-the bundle's last path element being the container's ID). Its `runsc create` exits once
-the container exists, and the gofer is then re-parented to the shim, which is a child
-subreaper. So a container's shim is the parent of its gofer. With shim grouping
-(cluster/runsc-shim.toml), every container of a pod, the pause container among them, has
-the same parent. The same check runs on the embedded node (this machine's /proc) and on
-a kind node (`ps` inside the node container).
+A container under gVisor may have a gofer (`runsc-gofer ... gofer --bundle <bundle>`, the
+bundle's last path element being the container's ID); a pod's first (pause) container
+also has the sandbox process (`runsc-sandbox ... boot --bundle=<bundle>`). `runsc create`
+exits once the container exists, and both are then re-parented to the shim, which is a
+child subreaper. So a container's shim is the parent of those processes. With shim
+grouping (cluster/runsc-shim.toml), every container of a pod has the same shim; with the
+node's EROFS image of the pause rootfs (docs/adr/0013), the pause container has no gofer.
+The same checks run on the embedded node (this machine's /proc) and on a kind node (`ps`
+inside the node container).
 """
 
 from __future__ import annotations
@@ -63,11 +65,12 @@ def pod_containers(run: Run, namespace: str, pod: str) -> tuple[str, list[str]]:
     return ready[0], [c["id"] for c in listing["containers"]]
 
 
-def gofer_bundle(argv: Sequence[str]) -> str | None:
-    """The bundle directory a gofer serves, or None when argv is not a gofer's."""
-    if not argv or not Path(argv[0]).name.startswith("runsc") or "gofer" not in argv:
+def runsc_bundle(argv: Sequence[str], command: str) -> str | None:
+    """The bundle directory of a runsc `command` ("gofer" or "boot") process, or None when
+    argv is not one."""
+    if not argv or not Path(argv[0]).name.startswith("runsc") or command not in argv:
         return None
-    rest = list(argv[argv.index("gofer") + 1 :])
+    rest = list(argv[argv.index(command) + 1 :])
     for i, arg in enumerate(rest):
         if arg == "--bundle" and i + 1 < len(rest):
             return rest[i + 1]
@@ -76,20 +79,42 @@ def gofer_bundle(argv: Sequence[str]) -> str | None:
     return None
 
 
+def _serving(
+    processes: Sequence[Process], container_ids: Sequence[str], command: str
+) -> list[tuple[str, Process]]:
+    """(container ID, process) for each runsc `command` process of these containers."""
+    found = []
+    for process in processes:
+        bundle = runsc_bundle(process.argv, command)
+        if bundle is not None and Path(bundle).name in container_ids:
+            found.append((Path(bundle).name, process))
+    return found
+
+
+def gofers_of(processes: Sequence[Process], container_ids: Sequence[str]) -> dict[str, Process]:
+    """Container ID -> its gofer, for those of these containers that have one."""
+    gofers: dict[str, Process] = {}
+    for cid, gofer in _serving(processes, container_ids, "gofer"):
+        if cid in gofers:
+            raise AssertionError(f"two gofers for container {cid}: {gofers[cid]}, {gofer}")
+        gofers[cid] = gofer
+    return gofers
+
+
 def shims_of(processes: Sequence[Process], container_ids: Sequence[str]) -> dict[str, Process]:
-    """Container ID -> the shim serving it (the parent of its gofer)."""
+    """Container ID -> the shim serving it (the parent of its gofer or sandbox process)."""
     by_pid = {p.pid: p for p in processes}
     served: dict[str, Process] = {}
-    for process in processes:
-        bundle = gofer_bundle(process.argv)
-        if bundle is None or Path(bundle).name not in container_ids:
-            continue
-        parent = by_pid.get(process.ppid)
-        if parent is not None and parent.argv and Path(parent.argv[0]).name == SHIM:
-            served[Path(bundle).name] = parent
+    for command in ("gofer", "boot"):
+        for cid, process in _serving(processes, container_ids, command):
+            parent = by_pid.get(process.ppid)
+            if parent is None or not parent.argv or Path(parent.argv[0]).name != SHIM:
+                continue
+            if served.setdefault(cid, parent).pid != parent.pid:
+                raise AssertionError(f"container {cid} has two shims: {served[cid]}, {parent}")
     missing = [c for c in container_ids if c not in served]
     if missing:
-        raise AssertionError(f"no gofer under a {SHIM} for containers {missing}")
+        raise AssertionError(f"no gofer or sandbox process under a {SHIM} for containers {missing}")
     return served
 
 

@@ -16,7 +16,13 @@ import yaml
 from openblox.models import parse_profile
 from tests.cluster.capacity import require_sandbox_room
 from tests.cluster.kube import Kube
-from tests.cluster.pod_shims import local_processes, pod_containers, runsc_waits, shims_of
+from tests.cluster.pod_shims import (
+    gofers_of,
+    local_processes,
+    pod_containers,
+    runsc_waits,
+    shims_of,
+)
 from tests.cluster.sandboxes import (
     PROFILES,
     extra_profiles,
@@ -167,13 +173,15 @@ def _crictl(args: Sequence[str]) -> str:
     return subprocess.run(command, capture_output=True, text=True, check=True, timeout=60).stdout
 
 
-def test_one_gvisor_shim_serves_every_container_of_a_pod_and_no_runsc_wait_runs(
+def test_one_gvisor_shim_and_one_gofer_serve_a_pod_and_no_runsc_wait_runs(
     operator: Kube, sandboxes_ns: str
 ) -> None:
     """Shim grouping: the pause container and the sandbox's container share one
     containerd-shim-runsc-v1 (a shim per container costs about 6 MiB of host memory per
-    Sandbox more). And the patched shim waits for both without a `runsc wait` process
-    each (about 3 MiB apiece; docs/adr/0012, docs/benchmarks density)."""
+    Sandbox more). The patched shim waits for both without a `runsc wait` process each
+    (about 3 MiB apiece; docs/adr/0012), and serves the pause container from the node's
+    EROFS image, so only the sandbox's container has a gofer (about 5 MiB less;
+    docs/adr/0013, docs/benchmarks density)."""
     require_sandbox_room(operator, "code-exec", 1)
     operator.apply(sandbox("grouped", sandboxes_ns))
     wait_for(
@@ -191,3 +199,4 @@ def test_one_gvisor_shim_serves_every_container_of_a_pod_and_no_runsc_wait_runs(
     served = shims_of(processes, [pod_id, *containers])
     assert len({shim.pid for shim in served.values()}) == 1, served
     assert runsc_waits(processes, [pod_id, *containers]) == []
+    assert set(gofers_of(processes, [pod_id, *containers])) == set(containers)

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from tests.cluster.kube import Kube
-from tests.cluster.pod_shims import parse_ps, pod_containers, runsc_waits, shims_of
+from tests.cluster.pod_shims import gofers_of, parse_ps, pod_containers, runsc_waits, shims_of
 from tests.cluster.sandboxes import (
     get_sandbox,
     opted_in_namespace,
@@ -89,8 +89,9 @@ def test_a_sandbox_prints_42_from_a_gvisor_node(kind_operator: Kube) -> None:
         assert pod["spec"]["runtimeClassName"] == "gvisor"
         node = pod["spec"]["nodeName"]
         assert node in _gvisor_nodes(kind_operator)
-        # Shim grouping on a kind node too: one gVisor shim for the pod's two containers,
-        # and the patched shim waits for them without a `runsc wait` each (docs/adr/0012).
+        # Shim grouping on a kind node too: one gVisor shim for the pod's two containers;
+        # the patched shim waits for them without a `runsc wait` each (docs/adr/0012) and
+        # serves the pause container from the node's EROFS image, with no gofer (0013).
         pod_id, containers = pod_containers(
             lambda args: docker("exec", node, "crictl", *args).stdout,
             namespace,
@@ -101,6 +102,7 @@ def test_a_sandbox_prints_42_from_a_gvisor_node(kind_operator: Kube) -> None:
         served = shims_of(processes, [pod_id, *containers])
         assert len({shim.pid for shim in served.values()}) == 1, served
         assert runsc_waits(processes, [pod_id, *containers]) == []
+        assert set(gofers_of(processes, [pod_id, *containers])) == set(containers)
 
 
 def test_with_no_gvisor_node_free_the_sandbox_says_runtime_unavailable(
