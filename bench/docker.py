@@ -13,10 +13,12 @@ import contextlib
 import json
 import shutil
 import subprocess
+import time
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from bench import env
+from bench import env, memory_parts, procs
 
 # The project's one dockerd (cluster/docker.sh): its own data root and socket, no bridge,
 # no iptables rules, and a runsc runtime (the node's gVisor, networking off, systrap).
@@ -219,8 +221,6 @@ def shared(ctx: Any) -> Docker:
 
 def container_pids(container: str, docker: Docker) -> list[int]:
     """The shim of a container and everything under it (runsc sandbox, gofer, stubs)."""
-    from bench import procs
-
     full = docker.run("inspect", "--format", "{{.Id}}", container).decode().strip()
     table = procs.processes()
     return procs.descendants(table, procs.shims_for(table, [full]))
@@ -228,3 +228,45 @@ def container_pids(container: str, docker: Docker) -> list[int]:
 
 def pid_of(container: str, docker: Docker) -> Path:
     return Path(docker.run("inspect", "--format", "{{.State.Pid}}", container).decode().strip())
+
+
+def measure_idle(
+    ctx: Any,
+    section: Any,
+    label: str,
+    counts: Iterable[int],
+    *,
+    memory: str,
+    cpus: str,
+    seccomp: bool = False,
+) -> dict[int, dict[str, Any]]:
+    """Idle docker runsc containers started up to each of counts, measured at each: the
+    PSS of every container's processes (MiB) and the mean per process role. They are
+    removed at the end. A dockerd that cannot run them is a note on the section."""
+    docker = shared(ctx)
+    if docker.problem:
+        section.notes.append(f"docker baseline not measured: {docker.problem}")
+        return {}
+    section.notes.extend(n for n in docker.notes if n not in section.notes)
+    variant = "seccomp" if seccomp else "plain"
+    names: list[str] = []
+    measured: dict[int, dict[str, Any]] = {}
+    try:
+        for count in sorted(set(counts)):
+            while len(names) < count:
+                names.append(f"obx-bench-{label}-{ctx.run_id}-{variant}-{len(names)}")
+                docker.run(
+                    *idle_container(names[-1], label, memory=memory, cpus=cpus, seccomp=seccomp)
+                )
+            time.sleep(ctx.seconds(5.0, 1.0))
+            trees = [container_pids(name, docker) for name in names]
+            measured[count] = {
+                "pss": [procs.memory_of(pids)["pss"] / 2**20 for pids in trees],
+                "parts": memory_parts.mean([memory_parts.breakdown(pids) for pids in trees]),
+            }
+            ctx.log(f"{label}: {count} docker runsc containers ({variant}) measured")
+    finally:
+        with contextlib.suppress(RuntimeError):
+            if names:
+                docker.run("rm", "-f", *names, timeout=300)
+    return measured

@@ -23,7 +23,7 @@ import time
 from typing import Any
 
 from bench import docker as docker_mod
-from bench import env, memory_parts, procs
+from bench import env, memory_parts
 from bench.kube import Kube, delete_namespace, make_namespace, node_capacity, node_pods, pod_memory
 from bench.results import Section
 from openblox.client import Client
@@ -57,42 +57,6 @@ def _pod_requests(kube: Kube) -> tuple[float, float, str]:
         f"{fixed.get('cpu', '0')} / {fixed.get('memory', '0')}"
     )
     return cpu, memory, how
-
-
-def _docker_baseline(
-    ctx: Any, section: Section, counts: list[int], *, seccomp: bool
-) -> dict[int, dict[str, Any]]:
-    """Idle docker runsc containers, started up to each of counts and measured there; with
-    seccomp, each with the Sandbox's seccomp profile enforced inside the Sentry."""
-    docker = docker_mod.shared(ctx)
-    if docker.problem:
-        section.notes.append(f"docker baseline not measured: {docker.problem}")
-        return {}
-    section.notes.extend(n for n in docker.notes if n not in section.notes)
-    variant = "seccomp" if seccomp else "plain"
-    names: list[str] = []
-    measured: dict[int, dict[str, Any]] = {}
-    try:
-        for count in sorted(set(counts)):
-            while len(names) < count:
-                names.append(f"obx-bench-density-{ctx.run_id}-{variant}-{len(names)}")
-                docker.run(
-                    *docker_mod.idle_container(
-                        names[-1], "density", memory="512m", cpus="0.5", seccomp=seccomp
-                    )
-                )
-            time.sleep(ctx.seconds(5.0, 1.0))
-            trees = [docker_mod.container_pids(name, docker) for name in names]
-            measured[count] = {
-                "pss": [procs.memory_of(pids)["pss"] / MIB for pids in trees],
-                "parts": memory_parts.mean([memory_parts.breakdown(pids) for pids in trees]),
-            }
-            ctx.log(f"density: {count} docker runsc containers ({variant}) measured")
-    finally:
-        with contextlib.suppress(RuntimeError):
-            if names:
-                docker.run("rm", "-f", *names, timeout=300)
-    return measured
 
 
 class Ramp:
@@ -212,8 +176,10 @@ def run(ctx: Any, section: Section) -> None:
     finally:
         delete_namespace(kube, ramp.namespace, wait=300)
     counts = [point["live"] for point in measured]
-    docker = _docker_baseline(ctx, section, counts, seccomp=False)
-    docker_seccomp = _docker_baseline(ctx, section, counts, seccomp=True)
+    docker = docker_mod.measure_idle(ctx, section, "density", counts, memory="512m", cpus="0.5")
+    docker_seccomp = docker_mod.measure_idle(
+        ctx, section, "density", counts, memory="512m", cpus="0.5", seccomp=True
+    )
     _record(section, ramp, measured, docker, start)
     _record_seccomp_baseline(section, measured, docker_seccomp)
     if not measured:

@@ -86,25 +86,10 @@ def baselines(ctx: Any, memory: Section, count: int) -> dict[str, list[float]]:
         found["runc_cgroup"] = [m["cgroup"].get("working_set", 0) / MIB for m in per_pod.values()]
     delete_namespace(kube, namespace, wait=180)
 
-    docker = docker_mod.shared(ctx)
-    if docker.problem:
-        memory.notes.append(f"docker baseline not measured: {docker.problem}")
-        return found
-    names = [f"obx-bench-mem-{ctx.run_id}-{i}" for i in range(count)]
-    try:
-        for name in names:
-            docker.run(*docker_mod.idle_container(name, "memory", memory="64m", cpus="0.1"))
-        time.sleep(ctx.seconds(5.0, 1.0))
-        from bench import procs
-
-        trees = [docker_mod.container_pids(name, docker) for name in names]
-        found["docker_runsc"] = [procs.memory_of(pids)["pss"] / MIB for pids in trees]
-        ctx.shared["memory_parts_docker"] = memory_parts.mean(
-            [memory_parts.breakdown(pids) for pids in trees]
-        )
-    finally:
-        with contextlib.suppress(RuntimeError):
-            docker.run("rm", "-f", *names, timeout=300)
+    docker = docker_mod.measure_idle(ctx, memory, "mem", [count], memory="64m", cpus="0.1")
+    if count in docker:
+        found["docker_runsc"] = docker[count]["pss"]
+        ctx.shared["memory_parts_docker"] = docker[count]["parts"]
     return found
 
 
