@@ -242,7 +242,8 @@ def measure_idle(
 ) -> dict[int, dict[str, Any]]:
     """Idle docker runsc containers started up to each of counts, measured at each: the
     PSS of every container's processes (MiB) and the mean per process role. They are
-    removed at the end. A dockerd that cannot run them is a note on the section."""
+    removed at the end. A dockerd that cannot run them, or a container that does not
+    start, is a note on the section."""
     docker = shared(ctx)
     if docker.problem:
         section.notes.append(f"docker baseline not measured: {docker.problem}")
@@ -265,6 +266,9 @@ def measure_idle(
                 "parts": memory_parts.mean([memory_parts.breakdown(pids) for pids in trees]),
             }
             ctx.log(f"{label}: {count} docker runsc containers ({variant}) measured")
+    except RuntimeError as error:
+        # What was measured stays; the figures of the Sandboxes are recorded without it.
+        section.notes.append(f"docker baseline ({variant}) stopped at {len(names)}: {error}")
     finally:
         with contextlib.suppress(RuntimeError):
             if names:
