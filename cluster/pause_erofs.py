@@ -8,9 +8,9 @@ ARCHIVE is the pause image's OCI archive (cluster/images/build.sh). DIR gets two
 ``pause.erofs``, the image's layer with the mount points the pause container's spec needs
 (/dev, /proc, /sys, /tmp), and ``pause.erofs.files``, the listing of the layer's files that
 the shim compares with the container's own rootfs before it uses the image
-(cluster/gvisor-shim/runsc/pause_rootfs.go writes the same listing). Both are built afresh
-(a few milliseconds: the layer is one static binary) and byte for byte the same each time,
-and each replaces the one in DIR by an atomic rename when it differs.
+(cluster/gvisor-shim/pkg/shim/v1/runsc/pause_rootfs.go writes the same listing). Both are
+built afresh (a few milliseconds: the layer is one static binary) and byte for byte the
+same each time, and each replaces the one in DIR by an atomic rename when it differs.
 """
 
 from __future__ import annotations
@@ -32,8 +32,9 @@ LISTING_NAME = "pause.erofs.files"
 # The mount points of the pause container's spec that are not under /dev (a tmpfs), and
 # /tmp, which runsc mounts when a spec has none: a read-only image cannot grow them.
 MOUNT_POINTS = {"dev": 0o755, "proc": 0o555, "sys": 0o555, "tmp": 0o1777}
-# gVisor's EROFS reader needs file data out of line (mkfs.erofs inlines tails by default).
+# A fixed UUID and timestamp, so the same layer gives the same image.
 UUID = "6f70656e-626c-6f78-7061-757365000001"
+# gVisor's EROFS reader needs file data out of line (mkfs.erofs inlines tails by default).
 MKFS = ("mkfs.erofs", "-E", "noinline_data", "-T", "0", "-U", UUID)
 
 
@@ -42,7 +43,6 @@ def describe_rootfs(root: Path) -> str:
     ``PATH file MODE UID GID SHA256`` or ``PATH link TARGET``. Directories are left out."""
     lines = []
     for dirpath, dirnames, filenames in os.walk(root):
-        dirnames.sort()
         for name in [*dirnames, *filenames]:
             path = Path(dirpath, name)
             rel = "/" + path.relative_to(root).as_posix()

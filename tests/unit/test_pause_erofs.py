@@ -1,7 +1,7 @@
 """The listing of the pause rootfs that cluster/pause_erofs.py writes beside the node's
 EROFS image, and that gVisor's patched shim compares with a pause container's own rootfs
 (docs/adr/0013). The shim's Go side has the same tree and listing in
-cluster/gvisor-shim/runsc/pause_rootfs_test.go, which cluster/build.sh runs."""
+cluster/gvisor-shim/pkg/shim/v1/runsc/pause_rootfs_test.go, which cluster/build.sh runs."""
 
 from __future__ import annotations
 

@@ -22,7 +22,7 @@ import (
 )
 
 // Where the node keeps the pause image and the listing of the files it was made from
-// (cluster/gvisor-shim/pause-erofs.sh): the directories the shim reads its config from.
+// (cluster/pause_erofs.py): the directories the shim reads its config from.
 var pauseImageDirs = []string{"/run/containerd/runsc", "/etc/containerd/runsc"}
 
 const (
@@ -122,7 +122,7 @@ func mountsWithoutGofer(mounts []specs.Mount) ([]specs.Mount, error) {
 // describeRootfs lists the regular files and symbolic links under root, one a line,
 // sorted: "PATH file MODE UID GID SHA256" or "PATH link TARGET", PATH absolute within the
 // rootfs and MODE four octal digits. Directories are not listed: the image adds the mount
-// points the spec needs. pause-erofs.sh writes the same listing for the image.
+// points the spec needs. cluster/pause_erofs.py writes the same listing for the image.
 func describeRootfs(root string) (string, error) {
 	var lines []string
 	entries, total := 0, int64(0)
