@@ -113,13 +113,14 @@ build_runsc_shim() {
     { rm -rf "$work"; echo "gvisor shim: a patched line moved; update build.sh" >&2; return 1; }
   sed -i 's/oomScoreMax = -999/oomScoreMax = 0/' "$manager"
   sed -i 's/p\.runtime\.Wait(context\.Background(), p\.id)/waitForContainer(p.runtime, p.id)/' "$init"
-  sed -i 's/^\(\s*\)updated = setPodCgroup(spec) || updated$/&\n\1updated = servePauseFromImage(spec, rootfs) || updated/' "$service"
+  sed -i 's/^\(\s*\)updated = setPodCgroup(spec) || updated$/&\n\1updated = servePauseFromImage(spec, rootfs) || updated\n\1updated = serveContainerFromImage(spec, r.Rootfs, rootfs) || updated/' "$service"
   # lookupSyscallNo is the only user of these three imports in seccomp.go.
   sed -i '/^\s*"gvisor.dev\/gvisor\/pkg\/sentry\/kernel"$/d; /^\s*slinux "gvisor.dev\/gvisor\/pkg\/sentry\/syscalls\/linux"$/d
     /^\s*"gvisor.dev\/gvisor\/pkg\/abi\/linux"$/d; /^func lookupSyscallNo(/,/^}/d' "$seccomp"
   cp -r "$patch/." "$work/"
   grep -q 'waitForContainer(p.runtime, p.id)' "$init" &&
     grep -q 'updated = servePauseFromImage(spec, rootfs) || updated' "$service" &&
+    grep -q 'updated = serveContainerFromImage(spec, r.Rootfs, rootfs) || updated' "$service" &&
     ! (cd "$work" && go list -deps ./shim) | grep -qx 'gvisor.dev/gvisor/pkg/sentry/kernel' ||
     { rm -rf "$work"; echo "gvisor shim: a patch did not apply" >&2; return 1; }
   (cd "$work" && go test -count=1 ./pkg/shim/v1/runsc/ >&2) ||

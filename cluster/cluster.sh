@@ -374,6 +374,9 @@ import_images() {
   # gVisor's shim serves pause containers from this image of the pause rootfs, with no
   # gofer (docs/adr/0013); it reads it from the directory it reads its config from.
   "$PYTHON" "$here/pause_erofs.py" "$(cat "$CACHE/images/pause.archive")" "$RUNSC_SHIM_CONFIG_DIR"
+  # ... and sandbox containers from an image of the sandbox image's snapshot (adr/0014).
+  "$PYTHON" "$here/rootfs_erofs.py" --ctr ctr --address "$CONTAINERD_SOCK" "$STATE/rootfs-images" \
+    "$RUNSC_SHIM_CONFIG_DIR/rootfs-images" "$(cat "$CACHE/images/sandbox.archive")"
   local version name ref
   version=$(sed -n 's/^version = "\(.*\)"/\1/p' "$repo/pyproject.toml")
   for name in sandbox operator; do

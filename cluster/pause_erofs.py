@@ -67,12 +67,12 @@ def describe_rootfs(root: Path) -> str:
 def unpack_layer(archive: Path, into: Path) -> None:
     """The image's one layer as containerd unpacks it: numeric owners and modes kept."""
     with tarfile.open(archive) as outer:
-        index = json.load(_member(outer, "index.json"))
-        manifest = json.load(_member(outer, _blob(index["manifests"][0]["digest"])))
+        index = json.load(member_of(outer, "index.json"))
+        manifest = json.load(member_of(outer, blob_path(index["manifests"][0]["digest"])))
         layers = manifest["layers"]
         if len(layers) != 1:
             raise ValueError(f"{archive}: expected one layer, found {len(layers)}")
-        with tarfile.open(fileobj=_member(outer, _blob(layers[0]["digest"]))) as layer:
+        with tarfile.open(fileobj=member_of(outer, blob_path(layers[0]["digest"]))) as layer:
             members = layer.getmembers()
             for member in members:
                 _check(archive, member)
@@ -130,12 +130,12 @@ def main(argv: list[str]) -> int:
     return 0
 
 
-def _blob(digest: str) -> str:
+def blob_path(digest: str) -> str:
     algorithm, _, hexdigest = digest.partition(":")
     return f"blobs/{algorithm}/{hexdigest}"
 
 
-def _member(archive: tarfile.TarFile, name: str) -> IO[bytes]:
+def member_of(archive: tarfile.TarFile, name: str) -> IO[bytes]:
     found = archive.extractfile(name)
     if found is None:
         raise ValueError(f"{archive.name!r} has no file {name}")

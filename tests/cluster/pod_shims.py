@@ -5,8 +5,11 @@ bundle's last path element being the container's ID); a pod's first (pause) cont
 also has the sandbox process (`runsc-sandbox ... boot --bundle=<bundle>`). `runsc create`
 exits once the container exists, and both are then re-parented to the shim, which is a
 child subreaper. So a container's shim is the parent of those processes. With shim
-grouping (cluster/runsc-shim.toml), every container of a pod has the same shim; with the
-node's EROFS image of the pause rootfs (docs/adr/0013), the pause container has no gofer.
+grouping (cluster/runsc-shim.toml), every container of a pod has the same shim, the one
+containerd started for the pod sandbox (`-id <pod sandbox ID>`), and no shim has a
+container's ID; with the node's EROFS image of the pause rootfs (docs/adr/0013), the pause
+container has no gofer, and with the node's images of container rootfs (docs/adr/0014),
+a sandbox's container has none either, so neither process names it.
 The same checks run on the embedded node (this machine's /proc) and on a kind node (`ps`
 inside the node container).
 """
@@ -116,6 +119,18 @@ def shims_of(processes: Sequence[Process], container_ids: Sequence[str]) -> dict
     if missing:
         raise AssertionError(f"no gofer or sandbox process under a {SHIM} for containers {missing}")
     return served
+
+
+def shims_started_for(processes: Sequence[Process], ids: Sequence[str]) -> list[Process]:
+    """The shims containerd started for one of these pod sandbox or container IDs."""
+    found = []
+    for process in processes:
+        argv = process.argv
+        if argv and Path(argv[0]).name == SHIM:
+            started = [argv[i + 1] for i in range(len(argv) - 1) if argv[i] == "-id"]
+            if any(i in ids for i in started):
+                found.append(process)
+    return found
 
 
 def runsc_waits(processes: Sequence[Process], container_ids: Sequence[str]) -> list[Process]:

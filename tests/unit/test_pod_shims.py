@@ -6,7 +6,14 @@ from __future__ import annotations
 
 import pytest
 
-from tests.cluster.pod_shims import gofers_of, parse_ps, runsc_bundle, runsc_waits, shims_of
+from tests.cluster.pod_shims import (
+    gofers_of,
+    parse_ps,
+    runsc_bundle,
+    runsc_waits,
+    shims_of,
+    shims_started_for,
+)
 
 BUNDLES = "/run/openblox/containerd/io.containerd.runtime.v2.task/k8s.io"
 SHIM = "/var/cache/openblox/gvisor-v0/containerd-shim-runsc-v1 -namespace k8s.io -id"
@@ -86,3 +93,18 @@ def test_a_runsc_wait_for_a_pod_container_is_found() -> None:
     table = parse_ps(GROUPED + "\n" + wait)
     assert [p.pid for p in runsc_waits(table, ["pause", "app"])] == [30]
     assert runsc_waits(parse_ps(GROUPED), ["pause", "app"]) == []
+
+
+# Both containers served from the node's EROFS images: only the pod sandbox's process.
+GOFERLESS = "\n".join([f"10 1 {SHIM} pause", _sandbox(12, 10, "pause"), f"30 1 {SHIM} other"])
+
+
+def test_a_goferless_pod_shows_one_shim_started_for_its_sandbox_and_none_for_its_container() -> (
+    None
+):
+    table = parse_ps(GOFERLESS)
+    pod_shim = shims_of(table, ["pause"])["pause"]
+    assert [p.pid for p in shims_started_for(table, ["pause", "app"])] == [pod_shim.pid] == [10]
+    assert gofers_of(table, ["pause", "app"]) == {}
+    ungrouped = parse_ps(GOFERLESS + f"\n20 1 {SHIM} app")
+    assert [p.pid for p in shims_started_for(ungrouped, ["pause", "app"])] == [10, 20]

@@ -37,6 +37,10 @@ image_rootfs() {
   strip_rootfs "$root"
   install -d -m 0755 -o 1000 -g 1000 "$root/workspace" "$root/run/openblox"
   install -d -m 1777 "$root/tmp"
+  # Served from EROFS, a container reads the image's /etc/hosts, not the kubelet's
+  # (docs/adr/0014): loopback names still resolve.
+  printf '127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n' >"$root/etc/hosts"
+  chmod 0644 "$root/etc/hosts"
   install -d -m 0755 "$root/usr/libexec/openblox"
   gcc -O2 -static -Wall -Wextra -o "$root/usr/libexec/openblox/supervise" "$SUPERVISE_SOURCE"
   strip "$root/usr/libexec/openblox/supervise"

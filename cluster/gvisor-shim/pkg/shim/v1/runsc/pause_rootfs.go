@@ -22,8 +22,9 @@ import (
 )
 
 // Where the node keeps the pause image and the listing of the files it was made from
-// (cluster/pause_erofs.py): the directories the shim reads its config from.
-var pauseImageDirs = []string{"/run/containerd/runsc", "/etc/containerd/runsc"}
+// (cluster/pause_erofs.py), and the index of its containers' images
+// (cluster/rootfs_erofs.py): the directories the shim reads its config from.
+var nodeImageDirs = []string{"/run/containerd/runsc", "/etc/containerd/runsc"}
 
 const (
 	pauseImageName = "pause.erofs"
@@ -52,10 +53,8 @@ func servePauseFromImage(spec *specs.Spec, rootfs string) bool {
 	if spec.Annotations[criContainerType] != criSandbox || spec.Root == nil || !spec.Root.Readonly {
 		return false
 	}
-	for key := range spec.Annotations {
-		if strings.HasPrefix(key, rootfsHintPrefix) {
-			return false // the pod chose its own rootfs source
-		}
+	if hasRootfsHint(spec) {
+		return false
 	}
 	image, listing, ok := findPauseImage()
 	if !ok {
@@ -80,16 +79,32 @@ func servePauseFromImage(spec *specs.Spec, rootfs string) bool {
 		log.L.Warnf("pause container keeps its gofer: its rootfs is not the one %s was made from:\n%s", image, got)
 		return false
 	}
+	useRootfsImage(spec, mounts, image, "pause container")
+	return true
+}
+
+// hasRootfsHint tells whether the pod chose its own rootfs source.
+func hasRootfsHint(spec *specs.Spec) bool {
+	for key := range spec.Annotations {
+		if strings.HasPrefix(key, rootfsHintPrefix) {
+			return true
+		}
+	}
+	return false
+}
+
+// useRootfsImage has runsc mount image as the container's rootfs, with mounts as its
+// other mounts, none of which needs a gofer.
+func useRootfsImage(spec *specs.Spec, mounts []specs.Mount, image, container string) {
 	spec.Mounts = mounts
 	spec.Annotations[rootfsHintPrefix+"source"] = image
 	spec.Annotations[rootfsHintPrefix+"type"] = "erofs"
-	log.L.Infof("pause container's rootfs served from %s, without a gofer", image)
-	return true
+	log.L.Infof("%s's rootfs served from %s, without a gofer", container, image)
 }
 
 // findPauseImage returns the image and its listing from the first directory holding both.
 func findPauseImage() (image, listing string, ok bool) {
-	for _, dir := range pauseImageDirs {
+	for _, dir := range nodeImageDirs {
 		image, listing = filepath.Join(dir, pauseImageName), filepath.Join(dir, pauseFilesName)
 		if isRegular(image) && isRegular(listing) {
 			return image, listing, true

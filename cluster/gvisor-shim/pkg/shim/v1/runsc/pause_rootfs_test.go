@@ -116,9 +116,9 @@ func nodeWithImage(t *testing.T, root string) string {
 	must(t, err)
 	must(t, os.WriteFile(filepath.Join(dir, pauseImageName), []byte("erofs"), 0o644))
 	must(t, os.WriteFile(filepath.Join(dir, pauseFilesName), []byte(listing), 0o644))
-	saved := pauseImageDirs
-	pauseImageDirs = []string{filepath.Join(dir, "absent"), dir}
-	t.Cleanup(func() { pauseImageDirs = saved })
+	saved := nodeImageDirs
+	nodeImageDirs = []string{filepath.Join(dir, "absent"), dir}
+	t.Cleanup(func() { nodeImageDirs = saved })
 	return dir
 }
 
@@ -178,9 +178,9 @@ func TestEverythingElseKeepsTheSpecAsContainerdWroteIt(t *testing.T) {
 		})
 	}
 	t.Run("no image on the node", func(t *testing.T) {
-		saved := pauseImageDirs
-		pauseImageDirs = []string{t.TempDir()}
-		t.Cleanup(func() { pauseImageDirs = saved })
+		saved := nodeImageDirs
+		nodeImageDirs = []string{t.TempDir()}
+		t.Cleanup(func() { nodeImageDirs = saved })
 		if servePauseFromImage(pauseSpec("/r"), root) {
 			t.Fatal("spec changed")
 		}
