@@ -495,8 +495,10 @@ def test_fifty_concurrent_execs_across_ten_sandboxes_return_their_own_output(
             def run(job: tuple[Sandbox, int]) -> tuple[bytes, bytes]:
                 sandbox, index = job
                 token = f"{sandbox.name}/{index}"
+                # The UTS host name: /etc/hostname is the image's own file where the
+                # container runs from the node's EROFS image (docs/adr/0014).
                 result = sandbox.exec(
-                    ["sh", "-c", 'printf "%s " "$1"; cat /etc/hostname', "sh", token]
+                    ["sh", "-c", 'printf "%s " "$1"; cat /proc/sys/kernel/hostname', "sh", token]
                 )
                 return result.stdout, f"{token} {sandbox.pod}\n".encode()
 
