@@ -4,15 +4,15 @@ gVisor's shim serves those containers' rootfs from, so they have no gofer (docs/
 
     rootfs_erofs.py --ctr CTR --address SOCKET IMAGES_DIR INDEX ARCHIVE...
 
-For each ARCHIVE (an OCI archive of cluster/images/build.sh, already imported into
-containerd's k8s.io namespace), the image's top snapshot is found through a read-only
-view, and ``IMAGES_DIR/<chain id>.erofs`` is made from that snapshot's directory: the very
-files a container of the image would see. INDEX gets one line per image, the snapshot
-directory, a tab and the image's path; the shim serves a container from an image only
-when its rootfs is that snapshot and nothing was written over it. INDEX names only the
-ARCHIVEs given, and is replaced by an atomic rename; an image made before for the same
-snapshot is kept, and the others are deleted (a running sandbox keeps the image it has
-open; a new container of an image left out keeps its gofer).
+For each ARCHIVE (an OCI archive of cluster/images/build.sh, of one layer, already
+imported into containerd's k8s.io namespace), the image's snapshot is found through a
+read-only view, and ``IMAGES_DIR/<chain id>.erofs`` is made from that snapshot's
+directory: the very files a container of the image would see. INDEX gets one line per
+image, the snapshot directory, a tab and the image's path; the shim serves a container
+from an image only when its rootfs is that snapshot and nothing was written over it.
+INDEX names only the ARCHIVEs given, and is replaced by an atomic rename; an image made
+before for the same snapshot is kept, and the others are deleted (a running sandbox
+keeps the image it has open; a new container of an image left out keeps its gofer).
 """
 
 from __future__ import annotations
@@ -25,7 +25,6 @@ import shutil
 import subprocess
 import sys
 import tarfile
-import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
@@ -57,19 +56,20 @@ def diff_ids_of(archive: Path) -> list[str]:
 
 
 def snapshot_dir(mounts: Sequence[Mapping[str, Any]]) -> str:
-    """The directory a read-only view of one committed snapshot mounts: what a container's
-    rootfs mount names as its lower layer (a bind source, or an overlay's lowerdir)."""
+    """The directory a read-only view of one committed snapshot binds: what a container's
+    rootfs overlay names as its lower layer. A view of an image of several layers is an
+    overlay of several directories; images are built here with one layer, and such an
+    image is refused rather than imaged by a path nothing exercises."""
     if len(mounts) != 1:
         raise ValueError(f"a view with {len(mounts)} mounts")
     mount = mounts[0]
-    options = [str(o) for o in mount.get("Options") or []]
     if mount.get("Type") == "bind":
         return str(mount["Source"])
-    if mount.get("Type") == "overlay":
-        for option in options:
-            if option.startswith("lowerdir="):
-                return option.removeprefix("lowerdir=")
-    raise ValueError(f"a view mounted as {mount.get('Type')!r} with {options}")
+    options = [str(o) for o in mount.get("Options") or []]
+    raise ValueError(
+        f"a view mounted as {mount.get('Type')!r} with {options}: only an image of one "
+        "layer is made into an EROFS image"
+    )
 
 
 def read_index(index: Path) -> dict[str, str]:
@@ -112,22 +112,9 @@ class Containerd:
 
 
 def make_image(snapshot: str, image: Path) -> None:
-    """An image of the directory tree, or of the overlay stack, a view mounts."""
+    """An EROFS image of the snapshot's directory, replacing image atomically."""
     partial = image.with_name(image.name + ".partial")
-    with tempfile.TemporaryDirectory(prefix="rootfs-erofs-") as work:
-        tree = snapshot
-        mounted = ":" in snapshot
-        if mounted:
-            tree = work
-            subprocess.run(
-                ["mount", "-t", "overlay", "overlay", "-o", f"ro,lowerdir={snapshot}", tree],
-                check=True,
-            )
-        try:
-            subprocess.run([*MKFS, "--quiet", str(partial), tree], check=True)
-        finally:
-            if mounted:
-                subprocess.run(["umount", tree], check=True)
+    subprocess.run([*MKFS, "--quiet", str(partial), snapshot], check=True)
     partial.chmod(0o644)
     partial.replace(image)
 
