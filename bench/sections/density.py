@@ -277,13 +277,14 @@ def _record(
                 round(point["available_gib"], 2),
             ]
         )
-        if live > 1:
-            section.table(
-                f"Where the memory of one idle code-exec Sandbox goes, {live} running, against "
-                f"one docker runsc container ({live} running)",
-                memory_parts.HEADER,
-                memory_parts.table_rows(point["parts"], baseline_run.get("parts") or {}),
-            )
+        # With one running, each binary's pages are charged whole to its only user: the
+        # table says which binaries a lone sandbox pays for.
+        section.table(
+            f"Where the memory of one idle code-exec Sandbox goes, {live} running, against "
+            f"one docker runsc container ({live} running)",
+            memory_parts.HEADER,
+            memory_parts.table_rows(point["parts"], baseline_run.get("parts") or {}),
+        )
     section.table(
         "Mean per idle code-exec Sandbox",
         [

@@ -69,8 +69,11 @@ def _memory_snapshot(namespace: str, names: set[str] | None = None) -> dict[str,
     return pod_memory(pods)
 
 
-def baselines(ctx: Any, memory: Section, count: int) -> dict[str, list[float]]:
-    """PSS per runc pod and per docker runsc container, `count` of each, on their own."""
+def baselines(
+    ctx: Any, memory: Section, count: int, docker_counts: list[int]
+) -> tuple[dict[str, list[float]], dict[int, dict[str, Any]]]:
+    """PSS per runc pod, `count` of them on their own; and per docker runsc container, at
+    each of docker_counts, so each count of Sandboxes has Docker at the same count."""
     kube: Kube = ctx.kube
     found: dict[str, list[float]] = {}
     namespace = make_namespace(kube, f"obx-bench-mem-pods-{ctx.run_id}", sandboxes=False)
@@ -86,11 +89,8 @@ def baselines(ctx: Any, memory: Section, count: int) -> dict[str, list[float]]:
         found["runc_cgroup"] = [m["cgroup"].get("working_set", 0) / MIB for m in per_pod.values()]
     delete_namespace(kube, namespace, wait=180)
 
-    docker = docker_mod.measure_idle(ctx, memory, "mem", [count], memory="64m", cpus="0.1")
-    if count in docker:
-        found["docker_runsc"] = docker[count]["pss"]
-        ctx.shared["memory_parts_docker"] = docker[count]["parts"]
-    return found
+    docker = docker_mod.measure_idle(ctx, memory, "mem", docker_counts, memory="64m", cpus="0.1")
+    return found, docker
 
 
 class Ramp:
@@ -204,9 +204,10 @@ def run(ctx: Any, *sections: Section) -> None:
     ramp_budget = ctx.seconds(8 * 60.0, 240.0)
 
     base: dict[str, list[float]] = {}
+    docker: dict[int, dict[str, Any]] = {}
     if memory:
-        base = baselines(ctx, memory, ctx.n(10, 2))
-        ctx.log(f"memory: baselines {', '.join(f'{k}={len(v)}' for k, v in base.items())}")
+        base, docker = baselines(ctx, memory, ctx.n(10, 2), memory_points)
+        ctx.log(f"memory: runc pods {len(base.get('runc', []))}, docker at {sorted(docker)}")
 
     operator = Operator(ctx.kube)
     flows = FlowCounter(ctx.kube)
@@ -242,9 +243,8 @@ def run(ctx: Any, *sections: Section) -> None:
         teardown = ramp.close()
 
     if memory:
-        record_memory(memory, points, memory_points, base)
-        docker_parts = ctx.shared.get("memory_parts_docker") or {}
-        record_parts(memory, points, memory_points, docker_parts, len(base.get("docker_runsc", [])))
+        record_memory(memory, points, memory_points, base, docker)
+        record_parts(memory, points, memory_points, docker)
     if scaling:
         record_scaling(
             scaling, ramp, points, operator_start, stopped, live, ramp_seconds, teardown, target
@@ -319,6 +319,7 @@ def record_memory(
     points: list[dict[str, Any]],
     wanted: list[int],
     base: dict[str, list[float]],
+    docker: dict[int, dict[str, Any]],
 ) -> None:
     if base.get("runc"):
         memory.figure(
@@ -330,15 +331,15 @@ def record_memory(
             group_title="Host memory (PSS) per idle sandbox",
             label="bare runc pod (shim + pause + sleep)",
         )
-    if base.get("docker_runsc"):
+    for count, measured in sorted(docker.items()):
         memory.figure(
-            "memory.pss.docker_runsc",
-            f"host PSS per idle docker runsc container ({len(base['docker_runsc'])} running)",
+            f"memory.pss.docker_runsc.{count}",
+            f"host PSS per idle docker runsc container (64m, 0.1 CPU), {count} running",
             "MiB",
-            base["docker_runsc"],
+            measured["pss"],
             floor="memory.pss.runc_pod" if base.get("runc") else None,
             group="pss",
-            label="docker run --runtime runsc (openblox flags)",
+            label=f"docker run --runtime runsc (openblox flags), {count} running",
         )
     rows = []
     for point in points:
@@ -350,7 +351,7 @@ def record_memory(
             f"host PSS per idle Sandbox, {live} running",
             "MiB",
             point["pss"],
-            baseline="memory.pss.docker_runsc" if base.get("docker_runsc") else None,
+            baseline=f"memory.pss.docker_runsc.{live}" if live in docker else None,
             floor="memory.pss.runc_pod" if base.get("runc") else None,
             group="pss",
             label=f"Sandbox (gVisor), {live} running",
@@ -369,10 +370,12 @@ def record_memory(
             "MiB",
             value=point["available_drop_per_sandbox_mib"],
         )
+        docker_pss = (docker.get(live) or {}).get("pss")
         rows.append(
             [
                 live,
                 round(statistics.fmean(point["pss"]), 1) if point["pss"] else None,
+                round(statistics.fmean(docker_pss), 1) if docker_pss else None,
                 round(statistics.fmean(point["rss"]), 1) if point["rss"] else None,
                 round(statistics.fmean(point["working_set"]), 1) if point["working_set"] else None,
                 round(point["available_drop_per_sandbox_mib"], 1),
@@ -382,7 +385,8 @@ def record_memory(
         "Mean per idle Sandbox",
         [
             "Sandboxes",
-            "PSS MiB (shims + runsc sandbox, gofers, stubs)",
+            "PSS MiB (shim, Sentry, stubs)",
+            "docker runsc PSS MiB, same count",
             "RSS MiB (double-counts shared pages)",
             "pod cgroup working set MiB",
             "MemAvailable drop / N, MiB",
@@ -391,10 +395,11 @@ def record_memory(
     )
     memory.notes.append(
         "PSS sums /proc/<pid>/smaps_rollup over every process under the pod's containerd "
-        "shims (gVisor: one shim per pod, runsc-sandbox with its systrap stub processes, "
-        "a gofer for the sandbox's container but none for the pause container; docs/adr/0012 "
-        "and 0013), so shared pages (the runsc "
-        "binary) are split between sandboxes instead of counted in each. The cgroup "
+        "shims (gVisor: one shim per pod and runsc-sandbox with its systrap stub processes; "
+        "no gofer, as both containers are served from EROFS images: docs/adr/0012 to 0014), "
+        "so shared pages (the runsc binary) are split between sandboxes instead of counted "
+        "in each; Docker's containers are measured the same way, at the same counts, after "
+        "the Sandboxes' runc baseline and before the ramp. The cgroup "
         "working set counts the Sentry's memory file (guest memory, tmpfs) but not the "
         "shims, which run outside the pod cgroup."
     )
@@ -404,18 +409,19 @@ def record_parts(
     memory: Section,
     points: list[dict[str, Any]],
     wanted: list[int],
-    docker: dict[str, dict[str, float]],
-    docker_count: int,
+    docker: dict[int, dict[str, Any]],
 ) -> None:
-    """Per process role, what one idle Sandbox and one docker runsc container cost."""
+    """Per process role, what one idle Sandbox and one docker runsc container cost, the
+    same number of each running."""
     for point in points:
-        if point["live"] not in wanted or point["live"] == 1:
-            continue  # with one running, the runsc binary's pages are shared with no one
+        live = point["live"]
+        if live not in wanted or live not in docker:
+            continue
         memory.table(
-            f"Where the memory of one idle Sandbox goes, {point['live']} running, against one "
-            f"docker runsc container ({docker_count} running)",
+            f"Where the memory of one idle Sandbox goes, {live} running, against one "
+            f"docker runsc container ({live} running)",
             memory_parts.HEADER,
-            memory_parts.table_rows(point["parts"], docker),
+            memory_parts.table_rows(point["parts"], docker[live]["parts"]),
         )
 
 
