@@ -18,7 +18,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from bench import env, memory_parts, procs
+from bench import env, memory_parts, page_share, procs
 
 # The project's one dockerd (cluster/docker.sh): its own data root and socket, no bridge,
 # no iptables rules, and a runsc runtime (the node's gVisor, networking off, systrap).
@@ -261,9 +261,13 @@ def measure_idle(
                 )
             time.sleep(ctx.seconds(5.0, 1.0))
             trees = [container_pids(name, docker) for name in names]
+            # As for the Sandboxes: the runsc and shim binaries' pages divided among
+            # these containers only, not with the node's Sandboxes or kind's nodes.
+            extra = page_share.extra_pss(pid for pids in trees for pid in pids)
             measured[count] = {
-                "pss": [procs.memory_of(pids)["pss"] / 2**20 for pids in trees],
-                "parts": memory_parts.mean([memory_parts.breakdown(pids) for pids in trees]),
+                "pss": [procs.memory_of(pids, extra)["pss"] / 2**20 for pids in trees],
+                "pss_kernel": [procs.memory_of(pids)["pss"] / 2**20 for pids in trees],
+                "parts": memory_parts.mean([memory_parts.breakdown(pids, extra) for pids in trees]),
             }
             ctx.log(f"{label}: {count} docker runsc containers ({variant}) measured")
     except RuntimeError as error:

@@ -21,7 +21,7 @@ from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 from kubernetes.watch.watch import iter_resp_lines
 
-from bench import env, procs
+from bench import env, page_share, procs
 from openblox.builders.pod import build_pod
 from openblox.kubernetes_configuration import kubernetes_configuration
 from openblox.models import Sandbox, SandboxSpec, parse_profile
@@ -687,13 +687,25 @@ def node_pods(namespace: str) -> dict[str, dict[str, Any]]:
 
 
 def pod_memory(pods: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
-    """Host memory of each pod: its shims and everything under them, and its pod cgroup."""
+    """Host memory of each pod: its shims and everything under them, and its pod cgroup.
+
+    `pss` divides the pages of the sandbox software's files among these pods only
+    (bench/page_share.py); `pss_kernel` is the kernel's PSS, which divides them among
+    every process on the host that maps them."""
     table = procs.processes()
+    trees = {
+        name: procs.descendants(
+            table, procs.shims_for(table, [ids["sandbox_id"], *ids["container_ids"]])
+        )
+        for name, ids in pods.items()
+    }
+    extra = page_share.extra_pss(pid for pids in trees.values() for pid in pids)
     per_pod = {}
     for name, ids in pods.items():
-        shims = procs.shims_for(table, [ids["sandbox_id"], *ids["container_ids"]])
-        pids = procs.descendants(table, shims)
-        memory: dict[str, Any] = dict(procs.memory_of(pids))  # then its cgroup and pids
+        pids = trees[name]
+        memory: dict[str, Any] = dict(procs.memory_of(pids, extra))  # then more below
+        memory["pss_kernel"] = procs.memory_of(pids)["pss"]
+        memory["extra"] = {pid: extra.get(pid, 0.0) for pid in pids}
         cgroup = None
         for pid in pids:
             path = procs.memory_cgroup(pid)

@@ -47,15 +47,18 @@ def _sentry_above(process: procs.Process, table: Mapping[int, procs.Process]) ->
     return False
 
 
-def breakdown(pids: Iterable[int]) -> dict[str, dict[str, int]]:
-    """role -> processes and summed PSS (bytes) of the pids in that role."""
+def breakdown(
+    pids: Iterable[int], extra: Mapping[int, float] | None = None
+) -> dict[str, dict[str, int]]:
+    """role -> processes and summed PSS (bytes) of the pids in that role (`extra` as in
+    procs.memory_of)."""
     table = procs.processes()
     parts: dict[str, dict[str, int]] = {}
     for pid in pids:
         process = table.get(pid)
         if process is None:
             continue
-        memory = procs.memory_of([pid])
+        memory = procs.memory_of([pid], extra)
         if not memory["processes"]:
             continue
         part = parts.setdefault(role(process, table), dict.fromkeys(("processes", *FIELDS), 0))

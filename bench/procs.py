@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -84,8 +84,9 @@ def smaps_rollup(pid: int) -> dict[str, int]:
     return values
 
 
-def memory_of(pids: Iterable[int]) -> dict[str, int]:
-    """Summed Rss, Pss and Pss split (anon/file/shmem) over pids, in bytes."""
+def memory_of(pids: Iterable[int], extra: Mapping[int, float] | None = None) -> dict[str, int]:
+    """Summed Rss, Pss and Pss split (anon/file/shmem) over pids, in bytes; `extra` adds
+    file pages' bytes to a process's Pss (bench/page_share.py)."""
     total = {"rss": 0, "pss": 0, "pss_anon": 0, "pss_file": 0, "pss_shmem": 0, "processes": 0}
     for pid in pids:
         rollup = smaps_rollup(pid)
@@ -97,6 +98,9 @@ def memory_of(pids: Iterable[int]) -> dict[str, int]:
         total["pss_anon"] += rollup.get("Pss_Anon", 0)
         total["pss_file"] += rollup.get("Pss_File", 0)
         total["pss_shmem"] += rollup.get("Pss_Shmem", 0)
+        added = round((extra or {}).get(pid, 0))
+        total["pss"] += added
+        total["pss_file"] += added
     return total
 
 

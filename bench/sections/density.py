@@ -144,7 +144,7 @@ class Ramp:
         per_pod = pod_memory(
             {k: v for k, v in node_pods(self.namespace).items() if k in set(self.live)}
         )
-        breakdowns = [memory_parts.breakdown(m["pids"]) for m in per_pod.values()]
+        breakdowns = [memory_parts.breakdown(m["pids"], m["extra"]) for m in per_pod.values()]
         return {
             "live": len(self.live),
             "pss": [m["pss"] / MIB for m in per_pod.values()],
@@ -325,6 +325,8 @@ def _record(
         section.notes.append("failed creates: " + "; ".join(ramp.failures[:5]))
     section.notes.append(
         "PSS sums /proc/<pid>/smaps_rollup over every process under the pod's containerd "
-        "shims, so pages shared between sandboxes (the runsc binary) are split between them. "
+        "shims, so pages shared between sandboxes (the runsc binary) are split between them; "
+        "the pages of the runsc and shim binaries and of the rootfs images are split among "
+        "the sandboxes measured only, not with others on the host (bench/page_share.py). "
         "The cgroup working set counts the Sentry's guest memory and tmpfs, not the shims."
     )

@@ -270,8 +270,11 @@ def measure(
     requests_after = flows.read()
     elapsed = last["at"] - first["at"]
     per_pod = _memory_snapshot(ramp.namespace, set(ramp.live))
-    parts = memory_parts.mean([memory_parts.breakdown(m["pids"]) for m in per_pod.values()])
+    parts = memory_parts.mean(
+        [memory_parts.breakdown(m["pids"], m["extra"]) for m in per_pod.values()]
+    )
     pss = [m["pss"] / MIB for m in per_pod.values()]
+    pss_kernel = [m["pss_kernel"] / MIB for m in per_pod.values()]
     working = [m["cgroup"].get("working_set", 0) / MIB for m in per_pod.values()]
     rss = [m["rss"] / MIB for m in per_pod.values()]
     available = env.meminfo()["MemAvailable"]
@@ -280,6 +283,7 @@ def measure(
         "live": live,
         "pods_measured": len(per_pod),
         "pss": pss,
+        "pss_kernel": pss_kernel,
         "rss": rss,
         "working_set": working,
         "pss_mean_mib": statistics.fmean(pss) if pss else 0.0,
@@ -371,11 +375,13 @@ def record_memory(
             value=point["available_drop_per_sandbox_mib"],
         )
         docker_pss = (docker.get(live) or {}).get("pss")
+        docker_kernel = (docker.get(live) or {}).get("pss_kernel")
         rows.append(
             [
                 live,
                 round(statistics.fmean(point["pss"]), 1) if point["pss"] else None,
                 round(statistics.fmean(docker_pss), 1) if docker_pss else None,
+                _kernel_pair(point.get("pss_kernel"), docker_kernel),
                 round(statistics.fmean(point["rss"]), 1) if point["rss"] else None,
                 round(statistics.fmean(point["working_set"]), 1) if point["working_set"] else None,
                 round(point["available_drop_per_sandbox_mib"], 1),
@@ -387,6 +393,7 @@ def record_memory(
             "Sandboxes",
             "PSS MiB (shim, Sentry, stubs)",
             "docker runsc PSS MiB, same count",
+            "kernel PSS MiB, Sandbox / docker (shared with other sandboxes on the host)",
             "RSS MiB (double-counts shared pages)",
             "pod cgroup working set MiB",
             "MemAvailable drop / N, MiB",
@@ -398,11 +405,24 @@ def record_memory(
         "shims (gVisor: one shim per pod and runsc-sandbox with its systrap stub processes; "
         "no gofer, as both containers are served from EROFS images: docs/adr/0012 to 0014), "
         "so shared pages (the runsc binary) are split between sandboxes instead of counted "
-        "in each; Docker's containers are measured the same way, at the same counts, after "
+        "in each. The pages of the sandbox software's own files (the runsc and shim "
+        "binaries, the EROFS rootfs images) are split among the sandboxes measured only "
+        "(bench/page_share.py, from pagemap and kpagecount): the kernel's PSS also splits "
+        "them with sandboxes outside the measurement (other Sandboxes on the node, kind's "
+        "node containers and their shims under the same dockerd), which makes either side "
+        "look cheaper the more of those run; the kernel's figure is in its own column. "
+        "Docker's containers are measured the same way, at the same counts, after "
         "the Sandboxes' runc baseline and before the ramp. The cgroup "
         "working set counts the Sentry's memory file (guest memory, tmpfs) but not the "
         "shims, which run outside the pod cgroup."
     )
+
+
+def _kernel_pair(sandbox: list[float] | None, docker: list[float] | None) -> str:
+    def mean(values: list[float] | None) -> str:
+        return f"{statistics.fmean(values):.1f}" if values else "-"
+
+    return f"{mean(sandbox)} / {mean(docker)}"
 
 
 def record_parts(
