@@ -89,7 +89,7 @@ class Context:
                 function(*args, **kwargs)
             except Exception as error:
                 note = f"cleanup {getattr(function, '__name__', function)} failed: {error}"
-                self.run.notes.append(note[:300])
+                note_on_sections_run(self.run, self.selected, note[:300])
                 self.log(note)
 
         self.cleanups.callback(safely)
@@ -259,12 +259,10 @@ def main(argv: list[str] | None = None) -> int:
     ctx = Context(args.quick, run, args, run_id(), selected)
     ctx.log(f"sections: {', '.join(selected)}; results to {out}")
     if args.only:
-        # A partial run updates the sections it ran and keeps the rest of the last results.
-        previous = _previous(out)
-        run.notes.extend(previous.get("notes") or [])
-        for name, data in (previous.get("sections") or {}).items():
-            if name not in selected:
-                run.sections[name] = _section_from(data, previous)
+        # A partial run updates the sections it ran and keeps the rest of the last results,
+        # each with its own notes; the last run's own notes (an interruption, a cleanup that
+        # failed) were about that run, so they are not carried into this one.
+        run.sections.update(kept_sections(_previous(out), selected))
 
     def write() -> None:
         run.finished = env.now_iso()
@@ -301,13 +299,25 @@ def main(argv: list[str] | None = None) -> int:
                 write()
     except KeyboardInterrupt as error:
         interrupted = True
-        run.notes.append(
-            f"the run was interrupted ({error or 'SIGINT'}); sections not marked ok are incomplete"
+        note_on_sections_run(
+            run,
+            selected,
+            f"the run was interrupted ({error or 'SIGINT'}); sections not marked ok are incomplete",
         )
     finally:
         write()
     ctx.log(f"wrote {out / 'results.md'}")
     return 130 if interrupted else 0
+
+
+def note_on_sections_run(run: Run, selected: list[str], note: str) -> None:
+    """A note about this run: on the run, and on each of its sections, so it stays with
+    them when a later partial run keeps them and drops this run's own notes."""
+    run.notes.append(note)
+    for name in selected:
+        section = run.sections.get(name)
+        if section is not None and note not in section.notes:
+            section.notes.append(note)
 
 
 def _cluster_problem(ctx: Context) -> str | None:
@@ -317,6 +327,15 @@ def _cluster_problem(ctx: Context) -> str | None:
         return cluster_ready(ctx.kube)
     except Exception as error:
         return f"cannot reach the cluster: {error}"
+
+
+def kept_sections(previous: dict[str, Any], selected: list[str]) -> dict[str, Section]:
+    """The last results' sections a partial run does not run again, with their notes."""
+    return {
+        name: _section_from(data, previous)
+        for name, data in (previous.get("sections") or {}).items()
+        if name not in selected
+    }
 
 
 def _section_from(data: dict[str, Any], previous: dict[str, Any]) -> Section:
