@@ -249,8 +249,7 @@ def main(argv: list[str] | None = None) -> int:
         run = Run(quick=bool(previous.get("quick")), machine=previous.get("machine") or {})
         run.started = previous.get("started") or run.started
         run.notes = previous.get("notes") or []
-        for name, data in (previous.get("sections") or {}).items():
-            run.sections[name] = _section_from(data, previous)
+        run.sections.update(kept_sections(previous, []))
         run.finished, run.seconds = previous.get("finished"), previous.get("seconds")
         report.write(run, out, plots=not args.no_plots)
         return 0

@@ -33,9 +33,13 @@ def test_a_partial_run_keeps_other_sections_and_their_notes_only() -> None:
     assert kept["pool"].machine == "AMD EPYC, 2 cores, kernel 6.18"
 
 
-def test_the_sections_run_again_drop_the_notes_of_the_last_run() -> None:
+def test_the_sections_run_again_are_not_kept() -> None:
     kept = kept_sections(_previous(), ["create", "pool"])
     assert kept == {}
+
+
+def test_a_report_only_run_keeps_every_section() -> None:
+    assert sorted(kept_sections(_previous(), [])) == ["create", "pool"]
 
 
 def test_a_note_about_this_run_goes_on_the_sections_it_ran() -> None:
