@@ -8,6 +8,7 @@ tests/cluster/test_operator_failover.py.
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -24,9 +25,11 @@ from openblox.leadership import (
     lease_spec,
     record_of,
     sighted,
+    unseen_by_earlier_holders,
 )
 
 TIMING = LeaseTiming(duration_seconds=15, renew_deadline_seconds=10, retry_seconds=2)
+EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
 LEASE = "/apis/coordination.k8s.io/v1/namespaces/openblox-system/leases/openblox-operator"
 
 
@@ -100,6 +103,15 @@ def test_the_stated_takeover_bound() -> None:
     assert TIMING.takeover_bound_seconds == 19
 
 
+def test_only_objects_made_a_lease_duration_after_the_take_are_ours_alone() -> None:
+    taken = EPOCH
+    assert not unseen_by_earlier_holders(taken + timedelta(seconds=30), None, TIMING)
+    assert not unseen_by_earlier_holders(taken - timedelta(seconds=1), taken, TIMING)
+    # Made within a duration of the take: the clocks may disagree, a request may linger.
+    assert not unseen_by_earlier_holders(taken + timedelta(seconds=15), taken, TIMING)
+    assert unseen_by_earlier_holders(taken + timedelta(seconds=15.001), taken, TIMING)
+
+
 # --------------------------------------------------------------------------- the election
 
 
@@ -163,7 +175,7 @@ def _replica(api: LeaseApi, clock: Clock, name: str) -> Election:
         name,
         TIMING,
         clock=clock,
-        wall=lambda: f"wall-{clock.now}",
+        wall=lambda: EPOCH + timedelta(seconds=clock.now),
     )
 
 
@@ -283,3 +295,28 @@ def test_the_fence_counts_what_it_let_through_and_what_it_refused() -> None:
         b.fence()
     assert metrics.WRITES.labels("sent")._value.get() == sent + 1
     assert metrics.WRITES.labels("fenced")._value.get() == fenced + 1
+
+
+def test_held_since_is_the_take_kept_by_renewals_and_gone_with_the_lease() -> None:
+    api, clock = LeaseApi(), Clock()
+    a, b = _replica(api, clock, "a"), _replica(api, clock, "b")
+    assert a.held_since is None
+    a.step()
+    taken = a.held_since
+    assert taken is not None and taken == EPOCH + timedelta(seconds=1000)
+    clock.now += TIMING.retry_seconds
+    a.step()
+    assert a.held_since == taken  # a renewal is not a new take
+    assert a.sole_writer_for(taken + timedelta(seconds=TIMING.duration_seconds + 1))
+    assert not a.sole_writer_for(taken)
+    api.down = True
+    clock.now += TIMING.renew_deadline_seconds
+    assert a.held_since is None  # lapsed: it vouches for nothing
+    assert not a.sole_writer_for(taken + timedelta(seconds=60))
+    api.down = False
+    b.step()
+    while not b.leading:
+        clock.now += TIMING.retry_seconds
+        b.step()
+    a.step()
+    assert a.held_since is None and b.held_since == EPOCH + timedelta(seconds=clock.now)

@@ -10,6 +10,8 @@ import copy
 import json
 from typing import Any
 
+import pytest
+
 from openblox.builders.pod import build_pool_pod
 from openblox.controller.kube import ApiError, refusal_reason
 from openblox.controller.pool_claim import PoolClaimer
@@ -135,6 +137,43 @@ def test_a_sandbox_a_pool_serves_gets_a_probed_warm_pod_in_three_requests() -> N
     assert settled.status["boundary"] == "gvisor"  # probed while warm, not again
     reconciler.reconcile(settled, "resync")
     assert server.take() == []
+
+
+def test_a_sandbox_made_after_this_replica_took_the_lease_is_handed_a_pod_in_two() -> None:
+    server, reconciler, watched, cache = _pooled_operator()
+    reconciler.pods.sole_hand_out = lambda sandbox: True
+    watched.pod_seen(server.add_pod("warm.aaaaa", **{"openblox.sh/boundary": "gvisor"}))
+    reconciler.reconcile(_cached(cache), "sandbox")
+    # Every hand-out to it was this process's own, so there is none to look for.
+    assert server.take() == [
+        ("PATCH", f"{PODS}/warm.aaaaa"),
+        ("PATCH", "/apis/openblox.sh/v1alpha1/namespaces/team-a/sandboxes/demo/status"),
+    ]
+
+
+def test_a_hand_out_that_failed_unanswered_is_looked_for_before_another() -> None:
+    server, reconciler, watched, cache = _pooled_operator()
+    reconciler.pods.sole_hand_out = lambda sandbox: True
+    sandbox = _cached(cache)
+    watched.pod_seen(server.add_pod("warm.lost", **{"openblox.sh/boundary": "gvisor"}))
+    watched.pod_seen(server.add_pod("warm.spare", **{"openblox.sh/boundary": "gvisor"}))
+    patch = server.patch
+
+    def lands_then_times_out(target: str, body: Any, content_type: str = "") -> dict[str, Any]:
+        patch(target, body, content_type)  # the API server applied it; the answer is lost
+        raise ApiError(504, "Gateway Timeout")
+
+    server.patch = lands_then_times_out  # type: ignore[method-assign]
+    with pytest.raises(ApiError):
+        reconciler.reconcile(sandbox, "sandbox")
+    server.patch = patch  # type: ignore[method-assign]
+    server.take()
+    reconciler.reconcile(sandbox, "requeue")
+    calls = server.take()
+    assert calls[0] == ("GET", PODS)
+    assert not any(m in ("PATCH", "POST") and t.startswith(PODS) for m, t in calls)
+    assert cache.get("team-a", "demo").status["podName"] == "warm.lost"
+    assert server.objects[f"{PODS}/warm.spare"]["metadata"]["labels"]["openblox.sh/pool"]
 
 
 def test_an_unprobed_or_stale_pool_pod_is_not_handed_out_and_the_sandbox_goes_cold() -> None:

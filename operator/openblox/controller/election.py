@@ -26,6 +26,7 @@ from openblox.leadership import (
     record_of,
     released_spec,
     sighted,
+    unseen_by_earlier_holders,
 )
 from openblox.models import format_micro_timestamp
 from openblox.names import OPERATOR_NAMESPACE
@@ -37,8 +38,8 @@ class NotLeader(Exception):
     """A write was refused because this replica does not hold the Lease."""
 
 
-def _wall() -> str:
-    return format_micro_timestamp(datetime.now(UTC))
+def _wall() -> datetime:
+    return datetime.now(UTC)
 
 
 class Election:
@@ -50,7 +51,7 @@ class Election:
         timing: LeaseTiming | None = None,
         *,
         clock: Callable[[], float] = time.monotonic,
-        wall: Callable[[], str] = _wall,
+        wall: Callable[[], datetime] = _wall,
     ) -> None:
         self._kube = kube  # unfenced: the Lease itself is the one write a standby makes
         self._name = name
@@ -62,12 +63,27 @@ class Election:
         self._sighting: Sighting | None = None
         # Monotonic moment until which this replica may write; 0 while it stands by.
         self._leading_until = 0.0
+        # Wall-clock moment this replica last took the Lease from no one or another
+        # replica (a renewal keeps it); None while it stands by.
+        self._taken_at: datetime | None = None
         self._released = False  # shutting down: never take the Lease again
 
     @property
     def leading(self) -> bool:
         with self._lock:
             return self._clock() < self._leading_until
+
+    @property
+    def held_since(self) -> datetime | None:
+        """When this replica took the Lease it holds now (wall clock), or None if it does
+        not hold it: no other replica has written anything since then."""
+        with self._lock:
+            return self._taken_at if self._clock() < self._leading_until else None
+
+    def sole_writer_for(self, created_at: datetime) -> bool:
+        """True if no replica but this one can have written anything about an object the
+        API server created at `created_at`."""
+        return unseen_by_earlier_holders(created_at, self.held_since, self.timing)
 
     def fence(self) -> None:
         """Raise NotLeader unless this replica holds the Lease now (called before writes)."""
@@ -111,7 +127,7 @@ class Election:
         if decision is Decision.WAIT:
             self._stand_by(record.holder if record else "")
             return False
-        spec = lease_spec(record, self.identity, self._wall(), self.timing)
+        spec = lease_spec(record, self.identity, format_micro_timestamp(self._wall()), self.timing)
         if self._released:
             return False
         try:
@@ -142,6 +158,8 @@ class Election:
                 return  # a renewal that crossed the release: shutting down all the same
             # From when the renewal was sent, not answered: a slow answer eats our margin.
             self._leading_until = sent + self.timing.renew_deadline_seconds
+            if taken or self._taken_at is None:
+                self._taken_at = self._wall()
         if taken:
             log.info("%s now holds the Lease %s", self.identity, self._name)
 
@@ -149,6 +167,7 @@ class Election:
         with self._lock:
             was = self._clock() < self._leading_until
             self._leading_until = 0.0
+            self._taken_at = None
         if was:
             log.warning("lost the Lease %s to %s; writing nothing from now on", self._name, holder)
 
@@ -158,6 +177,7 @@ class Election:
             self._released = True
             was = self._clock() < self._leading_until
             self._leading_until = 0.0
+            self._taken_at = None
         metrics.LEADER.set(0)
         if not was:
             return
@@ -167,7 +187,8 @@ class Election:
             if record is None or record.holder != self.identity:
                 return
             self._kube.put(
-                self._path(self._name), {**body, "spec": released_spec(record, self._wall())}
+                self._path(self._name),
+                {**body, "spec": released_spec(record, format_micro_timestamp(self._wall()))},
             )
             log.info("released the Lease %s", self._name)
         except Exception:

@@ -135,6 +135,7 @@ class Reconciler:
         with self._locks_guard:
             self._locks.pop(uid, None)
         self._ready_seen.discard(uid)
+        self.pods.forget(uid)
         if name:
             self.requeue.settled((namespace, name))
             self.deadlines.disarm((namespace, name))

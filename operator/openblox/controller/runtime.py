@@ -85,6 +85,9 @@ class Runtime:
         reconciler.pods.claimer = PoolClaimer(
             kube, watched, pools, reconciler.boundary_of, on_hand_out=keeper.handed_out
         )
+        reconciler.pods.sole_hand_out = lambda sandbox: election.sole_writer_for(
+            sandbox.creation_timestamp
+        )
 
         def profiles_changed() -> None:
             reaper.request_resync()

@@ -8,7 +8,7 @@ by their controller ownerReference, never by guessing a name.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from openblox.builders.pod import build_pod, is_left_by_namesake, is_owned_by, pod_name
@@ -27,6 +27,12 @@ class SandboxPods:
         self._watched = watched
         # Hands out warm pool pods; without it (or with no pool) every pod is made cold.
         self.claimer: PoolClaimer | None = None
+        # True when no replica but this one can have handed the Sandbox a pod (it has
+        # held the Lease since before the Sandbox was made): each hand-out's answer then
+        # reached this process, and no read is needed to find one.
+        self.sole_hand_out: Callable[[Sandbox], bool] = lambda sandbox: False
+        # Sandboxes whose hand-out here raised instead of answering: it may have landed.
+        self._unanswered: set[str] = set()
 
     def read(self, sandbox: Sandbox) -> dict[str, Any] | None:
         """The Sandbox's pod as the pod watch last showed it (no request)."""
@@ -101,19 +107,28 @@ class SandboxPods:
     def _claim_warm_pod(self, sandbox: Sandbox, profile: Profile) -> dict[str, Any] | None:
         if self.claimer is None or not self.claimer.serves(profile.name, sandbox.namespace):
             return None
-        # A hand-out whose answer an earlier operator never saw (it was killed) left a
-        # pod this Sandbox owns that the watch may not have shown yet: one read by label
-        # (served from the API server's cache) finds it, so none is handed out twice.
-        listing = self._kube.get(
-            path(plural="pods", namespace=sandbox.namespace),
-            labelSelector=f"{LABEL_SANDBOX}={sandbox.name}",
-        )
-        for pod in listing.get("items") or []:
-            self._watched.pod_seen(pod)
-        owned = self.owned(sandbox)
-        if owned:
-            return owned[0]
-        return self.claimer.claim(sandbox, profile)
+        if sandbox.uid in self._unanswered or not self.sole_hand_out(sandbox):
+            # A hand-out whose answer never came (an earlier operator was killed, or the
+            # request here failed) may have left a pod this Sandbox owns that the watch
+            # has not shown yet: one read by label finds it, so none is handed out twice.
+            listing = self._kube.get(
+                path(plural="pods", namespace=sandbox.namespace),
+                labelSelector=f"{LABEL_SANDBOX}={sandbox.name}",
+            )
+            for pod in listing.get("items") or []:
+                self._watched.pod_seen(pod)
+            self._unanswered.discard(sandbox.uid)
+            owned = self.owned(sandbox)
+            if owned:
+                return owned[0]
+        try:
+            return self.claimer.claim(sandbox, profile)
+        except Exception:
+            self._unanswered.add(sandbox.uid)
+            raise
+
+    def forget(self, uid: str) -> None:
+        self._unanswered.discard(uid)
 
     def delete(self, pod: Mapping[str, Any]) -> None:
         metadata = pod["metadata"]

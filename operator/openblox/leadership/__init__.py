@@ -10,6 +10,7 @@ from openblox.leadership.lease import (
     record_of,
     released_spec,
     sighted,
+    unseen_by_earlier_holders,
 )
 
 __all__ = [
@@ -22,4 +23,5 @@ __all__ = [
     "record_of",
     "released_spec",
     "sighted",
+    "unseen_by_earlier_holders",
 ]

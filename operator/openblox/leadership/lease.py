@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 from enum import Enum
 from typing import Any
 
@@ -140,3 +141,17 @@ def released_spec(record: LeaseRecord, wall_now: str) -> dict[str, Any]:
         "renewTime": wall_now,
         "leaseTransitions": record.transitions,
     }
+
+
+def unseen_by_earlier_holders(
+    created_at: datetime, held_since: datetime | None, timing: LeaseTiming
+) -> bool:
+    """Whether an object created at `created_at` (the API server's clock) can only have
+    been acted on by the replica holding the Lease since `held_since` (its own clock).
+
+    An earlier holder stopped writing before the Lease passed on, and acts only on
+    objects it has seen; one whole Lease duration of margin covers the two clocks
+    disagreeing and an earlier holder's request still in flight."""
+    if held_since is None:
+        return False
+    return created_at > held_since + timedelta(seconds=timing.duration_seconds)
