@@ -466,12 +466,16 @@ class Operator:
     def __init__(self, kube: Kube) -> None:
         self._kube = kube
 
-    def pod(self) -> dict[str, Any]:
+    def replicas(self) -> list[dict[str, Any]]:
+        """The operator's running pods, whichever holds the Lease."""
         pods = self._kube.get(
             pods_path(env.OPERATOR_NAMESPACE),
             labelSelector="app.kubernetes.io/name=openblox-operator",
         )["items"]
-        running = [p for p in pods if (p.get("status") or {}).get("phase") == "Running"]
+        return [p for p in pods if (p.get("status") or {}).get("phase") == "Running"]
+
+    def pod(self) -> dict[str, Any]:
+        running = self.replicas()
         if not running:
             raise RuntimeError("no running operator pod in openblox-system")
         # The replica holding the Lease is the one that works (ADR 0009); the other
@@ -484,8 +488,9 @@ class Operator:
         leading = [p for p in running if p["metadata"]["name"] == holder]
         return dict((leading or running)[0])
 
-    def pids(self) -> list[int]:
-        uid = self.pod()["metadata"]["uid"]
+    def pids(self, pod: Mapping[str, Any] | None = None) -> list[int]:
+        """The processes of one replica (by default the one holding the Lease)."""
+        uid = (pod or self.pod())["metadata"]["uid"]
         containers = env.crictl_json("ps", "--label", f"io.kubernetes.pod.uid={uid}")
         table = procs.processes()
         roots = []

@@ -23,7 +23,7 @@ from typing import Any
 from kubernetes.client.exceptions import ApiException
 
 from bench import docker as docker_mod
-from bench import env
+from bench import env, node_cpu
 from bench.claims import Claim, summarize_run, sustained_rate
 from bench.kube import (
     POOL_PROFILE,
@@ -328,7 +328,10 @@ def run(ctx: Any, section: Section) -> None:
         **GROUP,
     )
     names = [f"burst-{i}" for i in range(burst)]
+    by_role = node_cpu.roles(kube)
+    cpu_before = node_cpu.snapshot(by_role)
     claims = _burst(warm, names)
+    cpu_after = node_cpu.snapshot(by_role)
     errors.extend(c.error for c in claims if c.error)
     _record(
         section,
@@ -338,6 +341,10 @@ def run(ctx: Any, section: Section) -> None:
         headline=True,
         floor=f"pool.burst{burst}.api_floor",
     )
+    if by_role:
+        node_cpu.record_burst(section, burst, node_cpu.per_claim_ms(cpu_before, cpu_after, burst))
+    else:
+        section.notes.append("CPU per claim not measured: this is not the embedded cluster's node")
     _settle(warm, kube, ns_warm, names)
     ctx.log("pool: burst done")
 
