@@ -76,7 +76,8 @@ def per_claim_ms(
     before: Mapping[str, float], after: Mapping[str, float], claims: int
 ) -> dict[str, float]:
     """CPU milliseconds per claim by role, largest first; what no role accounts for is
-    the rest of the node. A process that ended in between counts from what it had."""
+    the rest of the node. A process that ended in between counts nothing here: what it
+    spent is in the rest of the node, which the node's own total still holds."""
     if claims <= 0:
         raise ValueError("per-claim CPU needs at least one claim")
     spent = {
