@@ -260,6 +260,77 @@ def test_the_operator_killed_mid_hand_out_loses_no_pod_and_shares_none(
         assert len({b["status"]["podName"] for b in bodies}) == len(names)
 
 
+def test_a_hand_out_landing_late_never_costs_the_sandbox_both_its_pods(
+    operator: Kube, pool_ns: str, small_profile: str
+) -> None:
+    """A replaced operator's hand-out can land after the next operator gave the Sandbox a
+    cold pod and that pod started going: the Sandbox then holds two pods, and its status
+    names the one being deleted. The live one must stay (CI once saw both deleted).
+
+    A finalizer holds the cold pod Terminating so the moment lasts; it and the late
+    hand-out are written as the operator's service account (only it may write a sandbox
+    pod), as the replaced operator would have.
+    """
+    require_capacity(operator, 3)
+    pool = f"late-{secrets.token_hex(2)}"
+    operator.apply(sandbox("late", pool_ns, profile=small_profile))  # no pool yet: cold
+    first = wait_reason(operator, "late", pool_ns, "Ready", 120)
+    assert first["status"]["podName"] == "late"
+    hold = {"metadata": {"finalizers": ["openblox.test/hold"]}}
+    operator.kubectl(
+        "patch", "pod", "late", "-n", pool_ns, "--type=merge",
+        "-p", json.dumps(hold), f"--as={OPERATOR_SA}",
+    )  # fmt: skip
+    try:
+        with pools(operator, {pool: pool_entry(small_profile, pool_ns, 1)}):
+            (warm,) = wait_warm(operator, pool_ns, pool, 1)
+            name, uid = warm["metadata"]["name"], warm["metadata"]["uid"]
+            operator.kubectl(
+                "delete", "pod", "late", "-n", pool_ns, "--wait=false", f"--as={OPERATOR_SA}"
+            )
+            owner = {
+                "apiVersion": "openblox.sh/v1alpha1",
+                "kind": "Sandbox",
+                "name": "late",
+                "uid": first["metadata"]["uid"],
+                "controller": True,
+                "blockOwnerDeletion": True,
+            }
+            hand_out = {
+                "metadata": {
+                    "labels": {"openblox.sh/sandbox": "late", "openblox.sh/pool": None},
+                    "ownerReferences": [owner],
+                }
+            }
+            operator.kubectl(
+                "patch", "pod", name, "-n", pool_ns, "--type=merge",
+                "-p", json.dumps(hand_out), f"--as={OPERATOR_SA}",
+            )  # fmt: skip
+
+            def ready_in_the_late_pod() -> dict[str, Any] | None:
+                body = get_sandbox(operator, "late", pool_ns) or {}
+                named = (body.get("status") or {}).get("podName")
+                return (
+                    body
+                    if named == name and ready_condition(body).get("status") == "True"
+                    else None
+                )
+
+            wait_for("the Sandbox to be Ready in the live pod", ready_in_the_late_pod, 60)
+            time.sleep(3)  # a deletion of the live pod would have been sent by now
+            pod = operator.get("pod", name, pool_ns)
+            assert pod["metadata"]["uid"] == uid
+            assert not pod["metadata"].get("deletionTimestamp"), "the live pod is being deleted"
+            owned = [p for p in all_pods(operator, pool_ns) if owners(p) == [owner["uid"]]]
+            assert [p["metadata"]["name"] for p in owned] == [name]  # no third pod
+    finally:
+        operator.kubectl(
+            "patch", "pod", "late", "-n", pool_ns, "--type=json",
+            "-p", '[{"op": "remove", "path": "/metadata/finalizers"}]', f"--as={OPERATOR_SA}",
+            check=False,
+        )  # fmt: skip
+
+
 def test_a_pool_pod_whose_boundary_check_fails_is_never_handed_out(
     operator: Kube, pool_ns: str, small_profile: str
 ) -> None:

@@ -3,6 +3,7 @@ from typing import Any
 import pytest
 
 from openblox.builders import build_pod, is_owned_by, pod_name
+from openblox.builders.pod import rank_owned_pods
 from openblox.models import LifetimeTooLong, parse_profile
 from tests.unit.factories import SANDBOX_UID, default_profile, make_sandbox
 
@@ -139,3 +140,22 @@ def test_each_call_returns_an_independent_manifest() -> None:
         "localhostProfile": "openblox/sandbox.json",
     }
     assert second["spec"]["dnsConfig"]["nameservers"] == ["127.0.0.1"]
+
+
+def test_a_sandbox_keeps_a_live_pod_first_then_the_one_its_status_names_then_the_oldest() -> None:
+    def pod(name: str, created: str, deleting: bool = False) -> dict[str, Any]:
+        metadata: dict[str, Any] = {"name": name, "creationTimestamp": created}
+        if deleting:
+            metadata["deletionTimestamp"] = "2025-01-02T03:09:00Z"
+        return {"metadata": metadata}
+
+    old = pod("warm.old", "2025-01-02T03:00:00Z")
+    cold = pod("demo", "2025-01-02T03:05:00Z")
+    going = pod("demo", "2025-01-02T03:05:00Z", deleting=True)
+
+    def names(pods: list[dict[str, Any]], named: str | None) -> list[str]:
+        return [p["metadata"]["name"] for p in rank_owned_pods(pods, named)]
+
+    assert names([old, cold], None) == ["warm.old", "demo"]
+    assert names([old, cold], "demo") == ["demo", "warm.old"]
+    assert names([going, old], "demo") == ["warm.old", "demo"]

@@ -15,12 +15,13 @@ import pytest
 from openblox.builders.pod import build_pool_pod
 from openblox.controller.kube import ApiError, refusal_reason
 from openblox.controller.pool_claim import PoolClaimer
+from openblox.controller.pool_keeper import PoolKeeper
 from openblox.controller.pool_store import PoolStore
 from openblox.controller.reconcile import Reconciler
 from openblox.controller.watched import Watched
 from openblox.models.pool import Pool
-from tests.unit.factories import default_profile
-from tests.unit.test_operator_loop import FakeKube, _cached, _watched_operator
+from tests.unit.factories import default_profile, sandbox_body
+from tests.unit.test_operator_loop import FakeKube, _cached, _uid, _watched_operator
 
 PODS = "/api/v1/namespaces/team-a/pods"
 POOL = Pool("warm", "code-exec", ("team-a",), 2)
@@ -317,3 +318,85 @@ def test_a_quota_refusal_reads_the_same_for_every_pod_it_refuses() -> None:
         first == second == "exceeded quota: small, requested: pods=1, used: pods=3, limited: pods=3"
     )
     assert refusal_reason(ApiError(403, "Forbidden", "not json")) == "403 Forbidden: not json"
+
+
+def _hand_out_behind_the_watch(server: PodServer, name: str, owner_uid: str) -> None:
+    """A hand-out sent by a replaced operator lands after this one's watch showed the pod."""
+    server.bump(
+        name,
+        {
+            "metadata": {
+                "labels": {"openblox.sh/sandbox": "demo", "openblox.sh/pool": None},
+                "ownerReferences": [{"uid": owner_uid, "controller": True}],
+            }
+        },
+    )
+
+
+def test_a_hand_out_that_landed_late_for_this_sandbox_is_taken_not_doubled() -> None:
+    server, reconciler, watched, cache = _pooled_operator()
+    sandbox = _cached(cache)
+    reconciler.pods.sole_hand_out = lambda _: True  # no read by label: the watch decides
+    watched.pod_seen(server.add_pod("warm.only", **{"openblox.sh/boundary": "gvisor"}))
+    _hand_out_behind_the_watch(server, "warm.only", sandbox.uid)
+    reconciler.reconcile(sandbox, "sandbox")
+    calls = server.take()
+    assert calls[:2] == [("PATCH", f"{PODS}/warm.only"), ("GET", f"{PODS}/warm.only")]  # 409
+    assert ("POST", PODS) not in calls  # no cold pod beside it
+    assert cache.get("team-a", "demo").status["podName"] == "warm.only"
+
+
+def test_a_live_pod_is_kept_when_the_pod_the_status_names_is_being_deleted() -> None:
+    server, reconciler, watched, cache = _pooled_operator()
+    sandbox = cache.upsert(sandbox_body(name="demo", uid=_uid("demo"), status={"podName": "demo"}))
+    assert sandbox is not None
+    for name, deleting in (("demo", True), ("warm.one", False)):
+        server.add_pod(name, **{"openblox.sh/boundary": "gvisor"})
+        _hand_out_behind_the_watch(server, name, sandbox.uid)
+        if deleting:
+            server.bump(name, {"metadata": {"deletionTimestamp": "2025-01-02T03:05:00Z"}})
+        watched.pod_seen(server.objects[f"{PODS}/{name}"])
+    reconciler.reconcile(sandbox, "sandbox")
+    calls = server.take()
+    assert not any(method == "DELETE" for method, _ in calls), calls
+    assert cache.get("team-a", "demo").status["podName"] == "warm.one"
+
+
+class PreconditionedPodServer(PodServer):
+    """Deletes honour `preconditions`, as the API server does."""
+
+    def delete(self, target: str, body: Any = None) -> dict[str, Any]:
+        self.calls.append(("DELETE", target))
+        current = self.objects.get(target)
+        if current is None:
+            raise ApiError(404, "NotFound")
+        for field, wanted in ((body or {}).get("preconditions") or {}).items():
+            if current["metadata"][field] != wanted:
+                raise ApiError(409, "Conflict")
+        return self.objects.pop(target)
+
+
+def test_the_keeper_never_deletes_a_pool_pod_handed_out_since_its_watch_showed_it() -> None:
+    server = PreconditionedPodServer()
+    _, reconciler, watched, _cache = _watched_operator()
+    reconciler._kube = server  # type: ignore[assignment]
+    reconciler.pods._kube = server  # type: ignore[assignment]
+    store = PoolStore(server, reconciler._events)  # type: ignore[arg-type]
+    store.apply({"data": {}})  # the pool was removed: its pods serve nothing now
+    keeper = PoolKeeper(
+        server,  # type: ignore[arg-type]
+        watched,
+        store,
+        reconciler._profiles,
+        reconciler,
+        held=lambda: True,
+    )
+    keeper._listed = True  # the watch has shown every pool pod
+    for name in ("warm.free", "warm.taken"):
+        watched.pod_seen(server.add_pod(name))
+    _hand_out_behind_the_watch(server, "warm.taken", "a-sandbox")
+    keeper.run_once()
+    assert f"{PODS}/warm.free" not in server.objects
+    assert server.objects[f"{PODS}/warm.taken"]["metadata"]["ownerReferences"][0]["uid"] == (
+        "a-sandbox"
+    )

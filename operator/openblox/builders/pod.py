@@ -5,9 +5,9 @@ claims comes from its RuntimeClass, and this spec takes away everything else.
 """
 
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from openblox.lifetime import effective_lifetime
 from openblox.models import STATE_VOLUME_SIZE, Profile, Sandbox, parse_timestamp
@@ -29,6 +29,8 @@ from openblox.names import (
     TMP_DIR,
     WORKSPACE_DIR,
 )
+
+PodT = TypeVar("PodT", bound=Mapping[str, Any])
 
 
 def pod_name(sandbox: Sandbox) -> str:
@@ -61,6 +63,26 @@ def is_owned_by(pod: Mapping[str, Any], sandbox: Sandbox) -> bool:
     return any(
         reference.get("controller") is True and reference.get("uid") == sandbox.uid
         for reference in references
+    )
+
+
+def rank_owned_pods(pods: Iterable[PodT], named: str | None) -> list[PodT]:
+    """The pods a Sandbox controls, the one it keeps first.
+
+    A live pod goes before one being deleted, whatever the status says: a status read
+    before its pod was deleted must not make the reconcile delete the other pod too (a
+    hand-out sent by a replaced operator can land after the new one made a cold pod, and
+    both would be lost). Then the pod the status names (what clients were told), then
+    the oldest.
+    """
+    return sorted(
+        pods,
+        key=lambda p: (
+            bool(p["metadata"].get("deletionTimestamp")),
+            p["metadata"]["name"] != named,
+            str(p["metadata"].get("creationTimestamp") or ""),
+            p["metadata"]["name"],
+        ),
     )
 
 

@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from openblox.builders.conditions import PodState
-from openblox.builders.pod import claim_patch
+from openblox.builders.pod import claim_patch, is_owned_by
 from openblox.controller.kube import Kube, is_conflict, is_not_found, path, status_of
 from openblox.controller.pool_store import PoolStore
 from openblox.controller.watched import Watched, slim_pod
@@ -120,6 +120,10 @@ class PoolClaimer:
                 # hand-out): read it once; if it is still in the pool, try that version.
                 current = self._kube.get(target)
                 self._watched.pod_seen(current)
+                if is_owned_by(current, sandbox):
+                    # Handed to this very Sandbox already, by a hand-out whose answer
+                    # never came (a replaced operator's, landing late): it is ours.
+                    return slim_pod(current)
                 labels = (current.get("metadata") or {}).get("labels") or {}
                 if (
                     not labels.get(LABEL_POOL)

@@ -5,7 +5,9 @@ It runs in one replica only, while this replica holds the operator's Lease (`hel
 the election's `leading`; a write sent after the Lease is lost is refused by the fence).
 A pool pod is deleted when its profile changed (old digest), its boundary probe failed, it ended,
 the pool shrank, or it no longer serves anything: the pool or its profile was removed,
-or its namespace opted out or is no longer allowed the profile.
+or its namespace opted out or is no longer allowed the profile. Each deletion is of the
+version the pass saw: a pod handed out since (by a reconcile here, or a hand-out of a
+replaced operator landing late) has changed, so the API server refuses it (409).
 """
 
 from __future__ import annotations
@@ -143,7 +145,7 @@ class PoolKeeper:
                             key[0],
                             pod["metadata"]["name"],
                         )
-                        self._reconciler.delete_pod(pod)
+                        self._reconciler.delete_pod(pod, only_as_seen=True)
         gone = [f"{ns}/{name}" for ns, name in set(pods) - set(desired)]
         self._pacer.forget(gone)
         with self._hand_outs_guard:
@@ -249,7 +251,7 @@ class PoolKeeper:
                 )
         for name in plan.delete:
             log.info("deleting pool pod %s/%s", namespace, name)
-            self._reconciler.delete_pod(by_name[name])
+            self._reconciler.delete_pod(by_name[name], only_as_seen=True)
         # list(): a probe's exception is raised here, failing the pass as before.
         list(self._probes.map(lambda name: self._probe(by_name[name], expected), plan.probe))
         if plan.create:

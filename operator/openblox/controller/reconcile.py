@@ -309,8 +309,8 @@ class Reconciler:
         )
         self.delete_pod(pod)
 
-    def delete_pod(self, pod: Mapping[str, Any]) -> None:
-        self.pods.delete(pod)
+    def delete_pod(self, pod: Mapping[str, Any], *, only_as_seen: bool = False) -> None:
+        self.pods.delete(pod, only_as_seen=only_as_seen)
 
     def observed_boundary(
         self, key: tuple[str, str] | None, pod: Mapping[str, Any], state: PodState

@@ -11,7 +11,13 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from openblox.builders.pod import build_pod, is_left_by_namesake, is_owned_by, pod_name
+from openblox.builders.pod import (
+    build_pod,
+    is_left_by_namesake,
+    is_owned_by,
+    pod_name,
+    rank_owned_pods,
+)
 from openblox.controller.kube import Kube, is_conflict, is_not_found, path
 from openblox.controller.pool_claim import PoolClaimer
 from openblox.controller.watched import Watched, slim_pod
@@ -40,20 +46,13 @@ class SandboxPods:
         return owned[0] if owned else None
 
     def owned(self, sandbox: Sandbox) -> list[dict[str, Any]]:
-        """The pods this Sandbox controls, the one its status names first, then the oldest.
+        """The pods this Sandbox controls, the one it keeps first (`rank_owned_pods`).
 
         A cold pod is named after its Sandbox and a warm one keeps its pool's name, so
         they are found by owner, not by name."""
         owned = self._watched.pod_owned_by(sandbox.namespace, sandbox.uid)
         named = sandbox.status.get("podName") if sandbox.status else None
-        return sorted(
-            owned,
-            key=lambda p: (
-                p["metadata"]["name"] != named,
-                str(p["metadata"].get("creationTimestamp") or ""),
-                p["metadata"]["name"],
-            ),
-        )
+        return rank_owned_pods(owned, named)
 
     def ensure(
         self, sandbox: Sandbox, profile: Profile
@@ -67,9 +66,15 @@ class SandboxPods:
         owned = self.owned(sandbox)
         for extra in owned[1:]:
             # One pod per Sandbox. Two can only come from two operators handing out at
-            # once (each pod still to one Sandbox only); the extra one goes.
+            # once (a replaced one's hand-out landing late; each pod still to one Sandbox
+            # only); the extra one goes.
+            if extra["metadata"].get("deletionTimestamp"):
+                continue
             log.warning(
-                "Sandbox %s/%s has a second pod; deleting it", sandbox.namespace, sandbox.name
+                "Sandbox %s/%s has a second pod %s; deleting it",
+                sandbox.namespace,
+                sandbox.name,
+                extra["metadata"]["name"],
             )
             self.delete(extra)
         if owned:
@@ -130,12 +135,17 @@ class SandboxPods:
     def forget(self, uid: str) -> None:
         self._unanswered.discard(uid)
 
-    def delete(self, pod: Mapping[str, Any]) -> None:
+    def delete(self, pod: Mapping[str, Any], *, only_as_seen: bool = False) -> None:
+        """Delete this pod (not a namesake made since); `only_as_seen`: only if it has not
+        changed since this copy (a pool pod handed out meanwhile is not deleted: 409)."""
         metadata = pod["metadata"]
+        preconditions = {"uid": metadata["uid"]}
+        if only_as_seen:
+            preconditions["resourceVersion"] = metadata["resourceVersion"]
         try:
             self._kube.delete(
                 path(plural="pods", namespace=metadata["namespace"], name=metadata["name"]),
-                {"gracePeriodSeconds": 0, "preconditions": {"uid": metadata["uid"]}},
+                {"gracePeriodSeconds": 0, "preconditions": preconditions},
             )
         except Exception as error:
             if not (is_not_found(error) or is_conflict(error)):
