@@ -7,7 +7,9 @@ tests/cluster/test_operator_failover.py.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -261,13 +263,70 @@ def test_a_release_hands_over_at_the_standby_s_next_look() -> None:
     assert b.step()
 
 
+def test_a_release_waits_for_the_writes_already_sent_before_handing_over() -> None:
+    api, clock = LeaseApi(), Clock()
+    a = _replica(api, clock, "a")
+    a.step()
+    answered = threading.Event()
+    released = threading.Event()
+    sent = threading.Event()
+
+    def write() -> None:
+        with a.writing():  # a hand-out on its way to the API server
+            sent.set()
+            answered.wait(5)
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    assert sent.wait(5)
+
+    def release() -> None:
+        a.release()
+        released.set()
+
+    releaser = threading.Thread(target=release)
+    releaser.start()
+    assert not released.wait(0.3)  # the Lease still names "a" while the write is out
+    assert api.body is not None and api.body["spec"]["holderIdentity"] == "a"
+    with pytest.raises(NotLeader), a.writing():  # the fence is closed: nothing new goes out
+        pass
+    answered.set()
+    assert released.wait(5)
+    writer.join(5)
+    releaser.join(5)
+    assert api.body["spec"]["holderIdentity"] == ""
+
+
+def test_a_release_hands_over_after_the_drain_time_even_if_a_write_never_returns() -> None:
+    api, clock = LeaseApi(), Clock()
+    a = _replica(api, clock, "a")
+    a.step()
+    stuck = threading.Event()
+    sent = threading.Event()
+
+    def write() -> None:
+        with a.writing():
+            sent.set()
+            stuck.wait(5)
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    assert sent.wait(5)
+    a.release(drain_seconds=0.1)
+    assert api.body is not None and api.body["spec"]["holderIdentity"] == ""
+    stuck.set()
+    writer.join(5)
+
+
 def test_a_guarded_client_refuses_a_write_before_sending_it() -> None:
     # Port 1 on loopback: if the guard let the request through it would fail to connect,
     # with a different error.
     kube = Kube(Credentials(server="http://127.0.0.1:1"))
 
-    def refuse() -> None:
+    @contextmanager
+    def refuse() -> Iterator[None]:
         raise NotLeader("standby")
+        yield
 
     guarded = kube.guarded(refuse)
     writes: tuple[Callable[[], object], ...] = (

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Iterator
+from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -109,8 +110,10 @@ def test_a_watch_yields_events_then_raises_the_error_event(server: tuple[str, Pa
 def test_a_write_guard_refuses_before_anything_is_sent(server: tuple[str, Path]) -> None:
     address, _ = server
 
-    def refuse() -> None:
+    @contextmanager
+    def refuse() -> Iterator[None]:
         raise PermissionError("not the leader")
+        yield
 
     api = Api(Session(Credentials(server=address, token="fresh"))).guarded(refuse)
     with pytest.raises(PermissionError):

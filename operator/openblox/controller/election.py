@@ -2,9 +2,11 @@
 
 Every replica watches and caches (a standby is warm, so a takeover needs no relist);
 only the holder reconciles, reaps, runs requeues and publishes the admission
-parameters. Every write the operator sends goes through `fence()` first (the `Kube`
-write guard), so a replica that has stopped holding writes nothing, even from a
-reconcile that was already running. The arithmetic is `openblox.leadership` (pure).
+parameters. Every write the operator sends is inside `writing()` (the `Kube` write
+guard), which passes `fence()` first, so a replica that has stopped holding writes
+nothing, even from a reconcile that was already running; and a replica shutting down
+hands the Lease over only once the writes already sent have been answered. The
+arithmetic is `openblox.leadership` (pure).
 """
 
 from __future__ import annotations
@@ -12,7 +14,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime
 
 from openblox.controller import metrics
@@ -32,6 +35,11 @@ from openblox.models import format_micro_timestamp
 from openblox.names import OPERATOR_NAMESPACE
 
 log = logging.getLogger(__name__)
+
+# On shutdown, the Lease is handed over once the writes already sent are answered, but
+# after this long at most: well inside the pod's 10 s grace period, after which the
+# kubelet kills the process and the standby would wait out the whole Lease instead.
+DRAIN_SECONDS = 5.0
 
 
 class NotLeader(Exception):
@@ -60,6 +68,9 @@ class Election:
         self._clock = clock
         self._wall = wall
         self._lock = threading.Lock()
+        # Writes that passed the fence and have not been answered yet.
+        self._in_flight = 0
+        self._answered = threading.Condition(self._lock)
         self._sighting: Sighting | None = None
         # Monotonic moment until which this replica may write; 0 while it stands by.
         self._leading_until = 0.0
@@ -91,6 +102,20 @@ class Election:
             metrics.WRITES.labels("fenced").inc()
             raise NotLeader(f"{self.identity} does not hold the Lease {self._name}")
         metrics.WRITES.labels("sent").inc()
+
+    @contextmanager
+    def writing(self) -> Iterator[None]:
+        """Around one write: refused unless this replica holds the Lease, and counted
+        until its answer came, so a release never overlaps a write still on its way."""
+        self.fence()
+        with self._lock:
+            self._in_flight += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._in_flight -= 1
+                self._answered.notify_all()
 
     def run(self, stop: threading.Event) -> None:
         while not stop.is_set() and not self._released:
@@ -171,16 +196,24 @@ class Election:
         if was:
             log.warning("lost the Lease %s to %s; writing nothing from now on", self._name, holder)
 
-    def release(self) -> None:
-        """On shutdown: stop writing, then hand the Lease over so a standby need not wait."""
+    def release(self, drain_seconds: float = DRAIN_SECONDS) -> None:
+        """On shutdown: stop writing, wait for the writes already sent to be answered,
+        then hand the Lease over so a standby need not wait.
+
+        Without the wait, a hand-out sent just before could land after the standby took
+        over and made the Sandbox a cold pod of its own."""
         with self._lock:
             self._released = True
             was = self._clock() < self._leading_until
             self._leading_until = 0.0
             self._taken_at = None
+            drained = self._answered.wait_for(lambda: self._in_flight == 0, drain_seconds)
+            left = self._in_flight
         metrics.LEADER.set(0)
         if not was:
             return
+        if not drained:
+            log.warning("releasing the Lease with %d writes still unanswered", left)
         try:
             body = self._kube.get(self._path(self._name))
             record = record_of(body)

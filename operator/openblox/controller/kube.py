@@ -9,8 +9,6 @@ in its pod, the ServiceAccount (token re-read as the kubelet rotates it).
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from openblox.names import GROUP, OPERATOR, PLURAL, VERSION
 from openblox.transport import (
     MERGE_PATCH,
@@ -26,6 +24,7 @@ from openblox.transport import (
     path,
     status_of,
 )
+from openblox.transport.api import WriteGuard
 from openblox.transport.errors import status_object
 
 __all__ = [
@@ -60,7 +59,7 @@ class Kube(Api):
     """Blocking, thread-safe (one keep-alive connection per thread), JSON in and out."""
 
     def __init__(
-        self, credentials: Credentials | Session, write_guard: Callable[[], None] | None = None
+        self, credentials: Credentials | Session, write_guard: WriteGuard | None = None
     ) -> None:
         session = credentials if isinstance(credentials, Session) else Session(credentials)
         super().__init__(session, write_guard, user_agent=OPERATOR)
@@ -76,8 +75,8 @@ class Kube(Api):
     def bearer_token(self) -> str | None:
         return self.session.bearer_token()
 
-    def guarded(self, write_guard: Callable[[], None]) -> Kube:
-        """A client with the same credentials whose every write passes `write_guard` first."""
+    def guarded(self, write_guard: WriteGuard) -> Kube:
+        """A client with the same credentials whose every write is inside `write_guard`."""
         return Kube(self.session, write_guard)
 
 

@@ -59,7 +59,7 @@ class Runtime:
         election = Election(unfenced, LEADER_LEASE, f"{pod}_{secrets.token_hex(4)}")
         # Everything but the election writes through this client: nothing leaves a
         # replica that does not hold the Lease.
-        kube = unfenced.guarded(election.fence)
+        kube = unfenced.guarded(election.writing)
         profiles = ProfileStore()
         cache = SandboxCache()
         events = EventRecorder(kube, pod)

@@ -11,6 +11,7 @@ import http.client
 import ssl
 import threading
 from collections.abc import Callable, Iterator, Mapping
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -37,16 +38,20 @@ _STALE = (
     ssl.SSLEOFError,
 )
 
+# Entered around every request that changes something: it raises to refuse the request,
+# and is left once the answer came (the operator's fence counts writes in flight).
+WriteGuard = Callable[[], AbstractContextManager[object]]
+
 
 class Api:
-    """Requests with one session's credentials. `write_guard`, if given, is called before
+    """Requests with one session's credentials. `write_guard`, if given, is entered around
     every request that changes something; it raises to refuse it (the operator's fence: a
     replica that does not hold the Lease writes nothing)."""
 
     def __init__(
         self,
         session: Session,
-        write_guard: Callable[[], None] | None = None,
+        write_guard: WriteGuard | None = None,
         *,
         user_agent: str = COMMAND,
         extra_headers: Mapping[str, str] | None = None,
@@ -62,8 +67,8 @@ class Api:
         self._prefix = parts.path.rstrip("/")
         self._local = threading.local()
 
-    def guarded(self, write_guard: Callable[[], None]) -> Api:
-        """The same credentials, with every write passing `write_guard` first."""
+    def guarded(self, write_guard: WriteGuard) -> Api:
+        """The same credentials, with every write inside `write_guard`."""
         return Api(
             self.session,
             write_guard,
@@ -73,8 +78,11 @@ class Api:
 
     def guard_write(self) -> None:
         """Refuse now (the guard raises) if this client may not change anything."""
-        if self._write_guard is not None:
-            self._write_guard()
+        with self._writing():
+            pass
+
+    def _writing(self) -> AbstractContextManager[object]:
+        return self._write_guard() if self._write_guard is not None else nullcontext()
 
     def _connection(self, timeout: float) -> http.client.HTTPConnection:
         if self._https:
@@ -105,8 +113,19 @@ class Api:
         params: Mapping[str, Any] | None = None,
         content_type: str = JSON,
     ) -> dict[str, Any]:
-        if method != "GET":
-            self.guard_write()
+        if method == "GET":
+            return self._request(method, request_path, body, params, content_type)
+        with self._writing():
+            return self._request(method, request_path, body, params, content_type)
+
+    def _request(
+        self,
+        method: str,
+        request_path: str,
+        body: Any,
+        params: Mapping[str, Any] | None,
+        content_type: str,
+    ) -> dict[str, Any]:
         try:
             return self._send(method, request_path, body, params, content_type)
         except Unauthorized:
