@@ -263,22 +263,27 @@ def test_a_release_hands_over_at_the_standby_s_next_look() -> None:
     assert b.step()
 
 
-def test_a_release_waits_for_the_writes_already_sent_before_handing_over() -> None:
-    api, clock = LeaseApi(), Clock()
-    a = _replica(api, clock, "a")
-    a.step()
-    answered = threading.Event()
-    released = threading.Event()
-    sent = threading.Event()
+def _write_in_flight(election: Election) -> tuple[threading.Event, threading.Thread]:
+    """A write (a hand-out, say) sent and not answered until the event is set."""
+    answered, sent = threading.Event(), threading.Event()
 
     def write() -> None:
-        with a.writing():  # a hand-out on its way to the API server
+        with election.writing():
             sent.set()
             answered.wait(5)
 
     writer = threading.Thread(target=write)
     writer.start()
     assert sent.wait(5)
+    return answered, writer
+
+
+def test_a_release_waits_for_the_writes_already_sent_before_handing_over() -> None:
+    api, clock = LeaseApi(), Clock()
+    a = _replica(api, clock, "a")
+    a.step()
+    answered, writer = _write_in_flight(a)
+    released = threading.Event()
 
     def release() -> None:
         a.release()
@@ -301,20 +306,10 @@ def test_a_release_hands_over_after_the_drain_time_even_if_a_write_never_returns
     api, clock = LeaseApi(), Clock()
     a = _replica(api, clock, "a")
     a.step()
-    stuck = threading.Event()
-    sent = threading.Event()
-
-    def write() -> None:
-        with a.writing():
-            sent.set()
-            stuck.wait(5)
-
-    writer = threading.Thread(target=write)
-    writer.start()
-    assert sent.wait(5)
+    answered, writer = _write_in_flight(a)
     a.release(drain_seconds=0.1)
     assert api.body is not None and api.body["spec"]["holderIdentity"] == ""
-    stuck.set()
+    answered.set()
     writer.join(5)
 
 

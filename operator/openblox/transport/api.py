@@ -113,26 +113,14 @@ class Api:
         params: Mapping[str, Any] | None = None,
         content_type: str = JSON,
     ) -> dict[str, Any]:
-        if method == "GET":
-            return self._request(method, request_path, body, params, content_type)
-        with self._writing():
-            return self._request(method, request_path, body, params, content_type)
-
-    def _request(
-        self,
-        method: str,
-        request_path: str,
-        body: Any,
-        params: Mapping[str, Any] | None,
-        content_type: str,
-    ) -> dict[str, Any]:
-        try:
-            return self._send(method, request_path, body, params, content_type)
-        except Unauthorized:
-            if not self.session.refreshable:
-                raise
-            self.session.invalidate()  # a rotated or expired token: fetch it once more
-            return self._send(method, request_path, body, params, content_type)
+        with nullcontext() if method == "GET" else self._writing():
+            try:
+                return self._send(method, request_path, body, params, content_type)
+            except Unauthorized:
+                if not self.session.refreshable:
+                    raise
+                self.session.invalidate()  # a rotated or expired token: fetch it once more
+                return self._send(method, request_path, body, params, content_type)
 
     def _send(
         self,
