@@ -14,10 +14,21 @@ _RFC3339 = re.compile(
 
 
 def parse_timestamp(text: str) -> datetime:
-    """An RFC 3339 timestamp as an aware datetime; raises ValueError for anything else."""
+    """An RFC 3339 timestamp as an aware datetime in UTC; raises ValueError for anything else.
+
+    Normalised to UTC here, once: a valid stamp at the edge of the range with an offset
+    (year 1 at +01:00, year 9999 at -01:00) names a moment no datetime can hold in UTC,
+    and anything that later formats or compares it in UTC would overflow. Such a stamp
+    is refused here instead, where every caller already handles a refusal.
+    """
     if not isinstance(text, str) or not _RFC3339.fullmatch(text):
-        raise ValueError(f'"{text}" is not an RFC 3339 timestamp')
-    return datetime.fromisoformat(text.upper())
+        raise ValueError(
+            f'"{text[:64] if isinstance(text, str) else text!r}" is not an RFC 3339 timestamp'
+        )
+    try:
+        return datetime.fromisoformat(text.upper()).astimezone(UTC)
+    except OverflowError:
+        raise ValueError(f'"{text}" is outside the range of representable UTC times') from None
 
 
 def parse_optional_timestamp(value: object) -> datetime | None:

@@ -75,8 +75,13 @@ def test_expiry_of_is_the_earlier_deadline_or_none_when_never_reaped() -> None:
     late = expiry_of(active, profiles, at(3000))
     assert late is not None and late.expires_at == at(3600) and late.reason == "MaxAge"
     assert expiry_of(make_sandbox(profile="unknown"), profiles, at(0)) is None
-    too_long = make_sandbox(spec={"maxAgeSeconds": 999_999})
-    assert expiry_of(too_long, profiles, at(0)) is None
+    # More than the profile allows (it was shortened since): held to the profile.
+    too_long = make_sandbox(
+        spec={"maxAgeSeconds": 999_999},
+        annotations={"openblox.sh/last-activity": format_timestamp(at(3000))},
+    )
+    held = expiry_of(too_long, profiles, at(3000))
+    assert held is not None and held.expires_at == at(3600) and held.reason == "MaxAge"
 
 
 # --------------------------------------------------------------------------- the loop

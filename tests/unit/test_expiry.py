@@ -75,10 +75,18 @@ class TestComputeExpiry:
     def test_an_activity_stamp_at_the_end_of_time_is_max_age_not_an_overflow(self) -> None:
         # Year 9999 + the idle timeout used to overflow, and the error
         # stopped the reaper's pass for every sandbox, not only this one.
-        for stamp in ("9999-12-31T23:59:59Z", "9999-12-31T23:59:59-01:00"):
+        sandbox = make_sandbox(annotations={"openblox.sh/last-activity": "9999-12-31T23:59:59Z"})
+        expiry = compute_expiry(sandbox, LIFETIME, now=at(3600))
+        assert expiry == Expiry(at(3600), "MaxAge", True)
+
+    def test_a_stamp_no_utc_time_can_hold_counts_as_no_activity(self) -> None:
+        # Valid RFC 3339, yet past the calendar's ends once in UTC: idle time runs from
+        # creation, so such a stamp can shorten a life but never lengthen it.
+        for stamp in ("9999-12-31T23:59:59-01:00", "0001-01-01T00:00:00+01:00"):
             sandbox = make_sandbox(annotations={"openblox.sh/last-activity": stamp})
-            expiry = compute_expiry(sandbox, LIFETIME, now=at(3600))
-            assert expiry == Expiry(at(3600), "MaxAge", True)
+            assert sandbox.last_activity is None
+            expiry = compute_expiry(sandbox, LIFETIME, now=at(900))
+            assert expiry == Expiry(at(900), "Idle", True)
 
     def test_an_activity_stamp_before_creation_counts_from_creation(self) -> None:
         sandbox = make_sandbox(annotations=active_at(-(10**6)))

@@ -23,6 +23,10 @@ CREATE_TO_READY = Histogram(
     buckets=(0.5, 1, 2, 3, 5, 8, 13, 21, 34, 60, 120),
 )
 REAPED = Counter("openblox_sandboxes_reaped_total", "Sandboxes deleted by the reaper.", ["reason"])
+REAP_ERRORS = Counter(
+    "openblox_reap_errors_total",
+    "Sandboxes whose reaping failed in a pass (each is tried again; the pass goes on).",
+)
 RECONCILE_ERRORS = Counter(
     "openblox_reconcile_errors_total", "Reconciles that ended in an unexpected error."
 )

@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
-from datetime import UTC, datetime
+from collections.abc import Callable, Mapping
+from datetime import UTC, datetime, timedelta
 
 from openblox.controller import metrics
 from openblox.controller.election import Election, NotLeader
@@ -32,15 +32,18 @@ from openblox.controller.reconcile import Reconciler
 from openblox.controller.sandbox_cache import SandboxCache
 from openblox.denials import lifetime_denial
 from openblox.lifetime.expiry import Expiry
-from openblox.lifetime.reaping import expiry_of, find_expired
-from openblox.models import Sandbox
+from openblox.lifetime.reaping import expiry_of
+from openblox.models import Profile, Sandbox
 from openblox.names import ConditionType, Reason
+from openblox.timestamps import format_timestamp
 
 log = logging.getLogger(__name__)
 
 # Uids already deleted, so a sweep that runs before the deletion's watch event arrives
 # does not reap one twice; bounded, forgetting one only costs a 404.
 _REAPED_MEMORY = 4096
+# A Sandbox whose reaping failed (the API refused its delete, say) is tried again this soon.
+REAP_RETRY_SECONDS = 5.0
 
 
 class Reaper:
@@ -126,11 +129,11 @@ class Reaper:
 
     def reap_once(self) -> int:
         """The sweep: every cached Sandbox past its deadline, armed or not."""
+        now = self._clock()
+        profiles = self._profiles.snapshot()
         reaped = 0
-        for sandbox, expiry in list(
-            find_expired(self._cache.sandboxes(), self._profiles.snapshot(), self._clock())
-        ):
-            reaped += self._reap(sandbox, expiry)
+        for sandbox in self._cache.sandboxes():
+            reaped += self._reap_isolated(sandbox, profiles, now)
         return reaped
 
     def reap_due(self) -> int:
@@ -144,14 +147,39 @@ class Reaper:
         reaped = 0
         for key in due:
             sandbox = self._cache.get(*key)
-            expiry = expiry_of(sandbox, profiles, now) if sandbox is not None else None
-            if sandbox is None or expiry is None:
-                continue
-            if expiry.expired:
-                reaped += self._reap(sandbox, expiry)
-            else:
-                self._reconciler.deadlines.arm(key, expiry.expires_at)
+            if sandbox is not None:
+                reaped += self._reap_isolated(sandbox, profiles, now)
         return reaped
+
+    def _reap_isolated(
+        self, sandbox: Sandbox, profiles: Mapping[str, Profile], now: datetime
+    ) -> int:
+        """Reap one Sandbox if its time is up, else arm it at its deadline. Whatever this
+        one Sandbox does to the arithmetic or the API (a stamp at the edge of the
+        calendar, a body too large to patch, a refused delete) costs this Sandbox alone:
+        it is logged, armed again shortly, and the pass goes on to the next. Only losing
+        the Lease ends the pass."""
+        key = (sandbox.namespace, sandbox.name)
+        try:
+            expiry = expiry_of(sandbox, profiles, now)
+            if expiry is None:
+                return 0
+            if not expiry.expired:
+                self._reconciler.deadlines.arm(key, expiry.expires_at)
+                return 0
+            return self._reap(sandbox, expiry)
+        except NotLeader:
+            raise
+        except Exception:
+            metrics.REAP_ERRORS.inc()
+            log.exception(
+                "reaping %s/%s failed; trying it again in %.0f s",
+                sandbox.namespace,
+                sandbox.name,
+                REAP_RETRY_SECONDS,
+            )
+            self._reconciler.deadlines.arm(key, now + timedelta(seconds=REAP_RETRY_SECONDS))
+            return 0
 
     def _maybe_sweep(self) -> None:
         now = self._clock().timestamp()
@@ -164,16 +192,29 @@ class Reaper:
         if sandbox.uid in self._reaped:
             return 0
         because = "idle timeout" if expiry.reason == "Idle" else "maximum age"
-        message = f"sandbox reached its {because} at {expiry.expires_at.isoformat()}; deleting it"
+        message = (
+            f"sandbox reached its {because} at {format_timestamp(expiry.expires_at)}; deleting it"
+        )
         ref = sandbox_ref(sandbox)
-        self._events.record(ref, Reason.EXPIRED, message, warning=False)
+        # What a watcher learns before it goes (an Event, a denial, Ready=False/Expired) is
+        # worth a try, never the delete itself: each failure here is logged and passed.
+        _best_effort(
+            sandbox,
+            "record its Expired Event",
+            lambda: self._events.record(ref, Reason.EXPIRED, message, warning=False),
+        )
         profile = self._profiles.get(sandbox.spec.profile)
         if profile is not None:
-            record_denial(self._events, ref, lifetime_denial(sandbox, profile, expiry))
+            _best_effort(
+                sandbox,
+                "record its denial",
+                lambda: record_denial(self._events, ref, lifetime_denial(sandbox, profile, expiry)),
+            )
         current = self._cache.get(sandbox.namespace, sandbox.name)
         if current is not None:
-            # Marks Ready=False/Expired first, so a watcher learns why it is going.
-            self._reconciler.reconcile(current, "reaper")
+            _best_effort(
+                sandbox, "mark it Expired", lambda: self._reconciler.reconcile(current, "reaper")
+            )
         try:
             self._kube.delete(
                 sandbox_path(sandbox.namespace, sandbox.name),
@@ -248,3 +289,14 @@ def _is_ready(sandbox: Sandbox) -> bool:
         c.get("type") == ConditionType.READY and c.get("status") == "True"
         for c in sandbox.conditions
     )
+
+
+def _best_effort(sandbox: Sandbox, what: str, step: Callable[[], object]) -> None:
+    try:
+        step()
+    except NotLeader:
+        raise
+    except Exception:
+        log.exception(
+            "reaping %s/%s: could not %s; deleting it anyway", sandbox.namespace, sandbox.name, what
+        )

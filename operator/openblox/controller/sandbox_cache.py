@@ -1,8 +1,8 @@
 """The operator's view of every Sandbox, kept current by the watch, read by the loops.
 
-Only the parsed, typed Sandbox is kept, never the watch's body (managedFields, and
-annotations such as kubectl's last-applied-configuration, are most of a body's size and
-nothing here reads them).
+Only the parsed, typed Sandbox is kept, never the watch's body (managedFields, labels and
+annotations such as kubectl's last-applied-configuration are most of a body's size, a
+tenant controls them, and nothing here reads them).
 """
 
 from __future__ import annotations
@@ -10,20 +10,27 @@ from __future__ import annotations
 import threading
 from collections.abc import Mapping
 from dataclasses import replace
+from types import MappingProxyType
 from typing import Any
 
 from openblox.models import Sandbox, SandboxError, parse_sandbox
-from openblox.names import GROUP
+from openblox.names import ANNOTATION_LAST_ACTIVITY
 
-KEPT_ANNOTATION_PREFIX = f"{GROUP}/"
+# The longest activity stamp worth keeping: RFC 3339 with nanoseconds and an offset is 35
+# characters. Anything longer cannot parse, so it counts as no activity either way.
+_LONGEST_STAMP = 64
 
 
 def slim_sandbox(sandbox: Sandbox) -> Sandbox:
-    """The Sandbox without annotations the operator never reads."""
-    if all(key.startswith(KEPT_ANNOTATION_PREFIX) for key in sandbox.annotations):
+    """The Sandbox as the loops read it: no labels and no annotation but the activity
+    stamp. A tenant writes both freely, and labels and annotations have no total size
+    limit short of etcd's object size; a cache that kept them would let a few hundred
+    padded Sandboxes carry the operator past its memory limit."""
+    stamp = sandbox.annotations.get(ANNOTATION_LAST_ACTIVITY)
+    kept = {ANNOTATION_LAST_ACTIVITY: stamp} if stamp and len(stamp) <= _LONGEST_STAMP else {}
+    if not sandbox.labels and dict(sandbox.annotations) == kept:
         return sandbox
-    kept = {k: v for k, v in sandbox.annotations.items() if k.startswith(KEPT_ANNOTATION_PREFIX)}
-    return replace(sandbox, annotations=kept)
+    return replace(sandbox, labels=MappingProxyType({}), annotations=MappingProxyType(kept))
 
 
 class SandboxCache:

@@ -6,11 +6,11 @@ write, so none is inferred. Pure: the callers (operator, client) do the reading.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from openblox.denials.record import Denial
-from openblox.lifetime import Expiry, effective_lifetime
+from openblox.lifetime import Expiry, bounded_lifetime
 from openblox.models import Profile, Sandbox
 from openblox.names import CONTAINER_NAME
 from openblox.timestamps import format_timestamp, parse_optional_timestamp
@@ -107,9 +107,11 @@ def lifetime_denial(sandbox: Sandbox, profile: Profile, expiry: Expiry) -> Denia
     Deterministic (the time is the deadline, not the moment of the pass), so every
     reconcile that sees the same expiry produces the same record.
     """
-    lifetime = effective_lifetime(sandbox, profile)
+    lifetime = bounded_lifetime(sandbox, profile)
     if expiry.reason == "Idle":
-        idle_since = sandbox.last_activity or sandbox.creation_timestamp
+        # Where the idle clock the expiry ran on started: never a raw stamp of the
+        # caller's, which may lie anywhere in the calendar (`compute_expiry` clamps it).
+        idle_since = expiry.expires_at - timedelta(seconds=lifetime.idle_timeout_seconds)
         return Denial(
             denied="lifetime",
             attempted=f"keep sandbox {sandbox.name} alive while idle",

@@ -1,6 +1,14 @@
 """Sandbox lifetime: what a Sandbox may ask for and when it expires."""
 
-from openblox.lifetime.expiry import Expiry, ExpiryReason, compute_expiry, effective_lifetime
+from openblox.lifetime.expiry import (
+    Expiry,
+    ExpiryReason,
+    bounded_lifetime,
+    compute_expiry,
+    effective_lifetime,
+    recorded_expiry,
+    remaining_max_age_seconds,
+)
 from openblox.models import Lifetime, LifetimeTooLong
 
 __all__ = [
@@ -8,6 +16,9 @@ __all__ = [
     "ExpiryReason",
     "Lifetime",
     "LifetimeTooLong",
+    "bounded_lifetime",
     "compute_expiry",
     "effective_lifetime",
+    "recorded_expiry",
+    "remaining_max_age_seconds",
 ]
