@@ -258,7 +258,7 @@ def direct_pod(name: str, namespace: str, profile_name: str, profile_yaml: str) 
         creation_timestamp=datetime.now(UTC),
         spec=SandboxSpec(profile=profile_name),
     )
-    pod = build_pod(sandbox, profile)
+    pod = build_pod(sandbox, profile, now=sandbox.creation_timestamp)
     metadata = pod["metadata"]
     metadata.pop("ownerReferences", None)
     metadata["labels"].pop(LABEL_SANDBOX, None)

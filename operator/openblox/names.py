@@ -33,6 +33,11 @@ LABEL_PROFILE: Final = "openblox.sh/profile"
 # LABEL_SANDBOX with an empty value, so the pod admission policy and the default-deny
 # NetworkPolicy cover it from its creation.
 LABEL_POOL: Final = "openblox.sh/pool"
+# On a cold sandbox pod from its creation until the operator's boundary probe has found
+# the boundary its profile claims; while it is there, admission lets no one but the
+# operator exec, attach or port-forward into the pod, so no caller's process runs in it
+# before the probe (which reads what it finds in the pod) has given its verdict.
+LABEL_UNVERIFIED: Final = "openblox.sh/unverified"
 LABEL_MANAGED_BY: Final = "app.kubernetes.io/managed-by"
 MANAGED_BY: Final = "openblox"
 LABEL_NAMESPACE_OPT_IN: Final = "openblox.sh/sandboxes"

@@ -91,7 +91,8 @@ def sandbox_requests(kube: Kube, profile_name: str) -> Requests:
     if profile_name not in data:
         raise AssertionError(f"profile {profile_name} is not in openblox-profiles")
     profile = parse_profile(profile_name, data[profile_name])
-    pod = build_pod(parse_sandbox(_placeholder_sandbox("room", "room")), profile)
+    placeholder = parse_sandbox(_placeholder_sandbox("room", "room"))
+    pod = build_pod(placeholder, profile, now=placeholder.creation_timestamp)
     runtime_class = kube.get("runtimeclass", profile.runtime_class_name)
     pod["spec"]["overhead"] = (runtime_class.get("overhead") or {}).get("podFixed") or {}
     return pod_requests(pod)

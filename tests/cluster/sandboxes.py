@@ -42,6 +42,17 @@ def opted_in_namespace(kube: Kube, prefix: str) -> Iterator[str]:
         kube.kubectl("delete", "namespace", name, "--wait=false", check=False)
 
 
+def tenant_identity(kube: Kube, namespace: str, name: str = "tenant") -> str:
+    """A ServiceAccount bound only to the shipped `openblox-client` role in `namespace`:
+    the identity a tenant has. Returns the user name to impersonate (`kubectl --as`)."""
+    kube.kubectl("create", "serviceaccount", name, "-n", namespace)
+    kube.kubectl(
+        "create", "rolebinding", name, "--clusterrole=openblox-client",
+        f"--serviceaccount={namespace}:{name}", "-n", namespace,
+    )  # fmt: skip
+    return f"system:serviceaccount:{namespace}:{name}"
+
+
 def ready_condition(body: dict[str, Any]) -> dict[str, Any]:
     for condition in (body.get("status") or {}).get("conditions") or []:
         if condition["type"] == "Ready":

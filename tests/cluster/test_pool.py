@@ -27,6 +27,7 @@ from tests.cluster.sandboxes import (
     profile_yaml,
     ready_condition,
     sandbox,
+    tenant_identity,
     wait_for,
     wait_reason,
 )
@@ -395,12 +396,7 @@ def test_a_tenant_cannot_prepare_a_pool_pod_before_it_is_handed_out(
     operator: Kube, pool_ns: str, small_profile: str
 ) -> None:
     require_capacity(operator, 2)
-    tenant = f"system:serviceaccount:{pool_ns}:tenant"
-    operator.kubectl("create", "serviceaccount", "tenant", "-n", pool_ns)
-    operator.kubectl(
-        "create", "rolebinding", "tenant", "--clusterrole=openblox-client",
-        f"--serviceaccount={pool_ns}:tenant", "-n", pool_ns,
-    )  # fmt: skip
+    tenant = tenant_identity(operator, pool_ns)
     pool = f"seal-{secrets.token_hex(2)}"
     with pools(operator, {pool: pool_entry(small_profile, pool_ns, 1)}):
         (warm,) = wait_warm(operator, pool_ns, pool, 1)

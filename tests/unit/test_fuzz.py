@@ -9,7 +9,7 @@ import logging
 
 import pytest
 
-from tests.fuzz import edges, pure
+from tests.fuzz import edges, pure, tenant
 from tests.fuzz.runner import Surface, run_surface
 
 SEED = 20261201
@@ -22,8 +22,9 @@ BOUNDED = {
     edges.PREVIEW_REQUESTS.name: 100,
     edges.CLIENT_ARGS.name: 200,
     edges.CLI.name: 60,
+    tenant.TENANT_METADATA.name: 200,
 }
-SURFACES = [*pure.SURFACES, *edges.SURFACES]
+SURFACES = [*pure.SURFACES, *edges.SURFACES, *tenant.SURFACES]
 
 
 @pytest.mark.parametrize("surface", SURFACES, ids=[s.name for s in SURFACES])

@@ -11,13 +11,13 @@ import pytest
 
 from openblox.builders import build_pod
 from tests.fuzz.oracle import Violation, clear, weaknesses
-from tests.unit.factories import default_profile, make_sandbox
+from tests.unit.factories import CREATED, default_profile, make_sandbox
 
 PROFILE = default_profile()
 
 
 def _pod() -> dict[str, Any]:
-    return build_pod(make_sandbox(), PROFILE)
+    return build_pod(make_sandbox(), PROFILE, now=CREATED)
 
 
 def _container(pod: dict[str, Any]) -> dict[str, Any]:

@@ -400,18 +400,51 @@ def test_the_gauge_drops_to_zero_for_a_reason_no_sandbox_has_any_more() -> None:
     assert metrics.SANDBOXES.labels("False", "PodFailed")._value.get() == 0
 
 
-def test_the_sandbox_cache_keeps_only_openblox_annotations() -> None:
+def test_the_sandbox_cache_keeps_only_the_activity_stamp_of_what_a_tenant_writes() -> None:
     cache = SandboxCache()
     body = sandbox_body(
         annotations={
             "kubectl.kubernetes.io/last-applied-configuration": "x" * 4000,
             "openblox.sh/last-activity": "2025-01-02T03:04:05Z",
+            "openblox.sh/padding": "x" * 200_000,
         }
     )
+    body["metadata"]["labels"] = {f"pad-{i}": "x" * 63 for i in range(1000)}
     body["metadata"]["managedFields"] = [{"manager": "kubectl"}]
     sandbox = cache.upsert(body)
     assert sandbox is not None
     assert dict(sandbox.annotations) == {"openblox.sh/last-activity": "2025-01-02T03:04:05Z"}
+    assert dict(sandbox.labels) == {}
+    # A stamp too long to be one is not kept: no activity, so idle time runs from creation.
+    padded_stamp = sandbox_body(annotations={"openblox.sh/last-activity": "2" * 100_000})
+    kept = cache.upsert(padded_stamp)
+    assert kept is not None and dict(kept.annotations) == {} and kept.last_activity is None
+
+
+def test_a_sandbox_being_deleted_has_its_pod_deleted_and_gets_no_new_one() -> None:
+    """A tenant's finalizer, or `--cascade=orphan`, holds the Sandbox back; its pod must
+    not run on to its own deadline meanwhile."""
+    kube, reconciler, watched, cache = _watched_operator()
+    sandbox = _cached(cache)
+    reconciler.reconcile(sandbox, "sandbox")
+    created = kube.objects[f"/api/v1/namespaces/team-a/pods/{pod_name(sandbox)}"]
+    watched.pod_seen(created)
+    kube.take()
+    deleting = sandbox_body(uid=_uid("demo"))
+    deleting["metadata"]["deletionTimestamp"] = "2025-01-02T03:05:00Z"
+    deleting["metadata"]["finalizers"] = ["tenant.example/hold"]
+    reconciler.reconcile(deleting, "sandbox")
+    assert kube.take() == [("DELETE", f"/api/v1/namespaces/team-a/pods/{pod_name(sandbox)}")]
+    assert reconciler.deadlines.get(("team-a", "demo")) is None
+    # Once the pod is going, nothing more: no second delete, no new pod, no status.
+    watched.pod_seen(
+        {
+            **created,
+            "metadata": {**created["metadata"], "deletionTimestamp": "2025-01-02T03:05:01Z"},
+        }
+    )
+    reconciler.reconcile(deleting, "pod")
+    assert kube.take() == []
 
 
 def test_a_refresh_never_brings_back_a_deleted_sandbox() -> None:
@@ -610,3 +643,48 @@ def test_a_probed_pod_carries_its_boundary_so_the_next_leader_does_not_probe_it(
     successor.reconcile(_cached(successor_cache), "takeover")
     assert probed == [name]
     assert _ready(successor_cache) == ("True", "Ready")
+
+
+def test_a_pod_stays_sealed_until_its_boundary_record_lands(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The record that unseals the pod failed once: the next reconcile writes it again
+    (without probing again), and only then does the Sandbox read Ready."""
+    from openblox.controller import pod_boundaries
+
+    probed: list[str] = []
+
+    def probe(_kube: Any, _namespace: str, name: str, _kernel: str) -> str:
+        probed.append(name)
+        return "gvisor"
+
+    monkeypatch.setattr(pod_boundaries, "probe_boundary", probe)
+    kube, reconciler, watched, cache = _watched_operator()
+    kube.objects["/api/v1/nodes/worker"] = {"status": {"nodeInfo": {"kernelVersion": "6.1.0"}}}
+    sandbox = _cached(cache)
+    name = pod_name(sandbox)
+    pod_path = f"/api/v1/namespaces/team-a/pods/{name}"
+    ready = [{"type": "Ready", "status": "True"}, {"type": "ContainersReady", "status": "True"}]
+    pod: dict[str, Any] = {
+        "metadata": {
+            "name": name,
+            "namespace": "team-a",
+            "uid": "p1",
+            "labels": {"openblox.sh/sandbox": "demo", "openblox.sh/unverified": ""},
+            "ownerReferences": [{"uid": SANDBOX_UID, "controller": True}],
+        },
+        "spec": {"nodeName": "worker"},
+        "status": {"phase": "Running", "conditions": ready},
+    }
+    kube.objects[pod_path] = pod
+    watched.pod_seen(pod)
+    kube.errors[("PATCH", pod_path)] = 500
+    with pytest.raises(ApiError):
+        reconciler.reconcile(sandbox, "pod")
+    assert _ready(cache) != ("True", "Ready")
+    del kube.errors[("PATCH", pod_path)]
+    kube.take()
+    reconciler.reconcile(sandbox, "requeue")
+    assert probed == [name]
+    assert ("PATCH", pod_path) in kube.take()
+    assert _ready(cache) == ("True", "Ready")

@@ -3,9 +3,9 @@ from typing import Any
 import pytest
 
 from openblox.builders import build_pod, is_owned_by, pod_name
-from openblox.builders.pod import rank_owned_pods
+from openblox.builders.pod import rank_owned_pods, unsealed_boundary_patch
 from openblox.models import LifetimeTooLong, parse_profile
-from tests.unit.factories import SANDBOX_UID, default_profile, make_sandbox
+from tests.unit.factories import CREATED, SANDBOX_UID, default_profile, make_sandbox
 
 
 def container(pod: dict[str, Any]) -> dict[str, Any]:
@@ -16,7 +16,7 @@ def container(pod: dict[str, Any]) -> dict[str, Any]:
 
 def test_the_pod_is_named_after_and_owned_by_its_sandbox() -> None:
     sandbox = make_sandbox(name="job-7")
-    pod = build_pod(sandbox, default_profile())
+    pod = build_pod(sandbox, default_profile(), now=CREATED)
 
     assert pod_name(sandbox) == "job-7"
     assert pod["metadata"]["name"] == "job-7"
@@ -36,7 +36,7 @@ def test_the_pod_is_named_after_and_owned_by_its_sandbox() -> None:
 
 def test_a_namesake_pod_is_not_owned() -> None:
     sandbox = make_sandbox()
-    namesake = build_pod(sandbox, default_profile())
+    namesake = build_pod(sandbox, default_profile(), now=CREATED)
     namesake["metadata"]["ownerReferences"][0]["uid"] = "another-sandbox"
 
     assert not is_owned_by(namesake, sandbox)
@@ -45,12 +45,13 @@ def test_a_namesake_pod_is_not_owned() -> None:
 
 def test_labels_and_digest_identify_sandbox_and_profile_version() -> None:
     profile = default_profile()
-    pod = build_pod(make_sandbox(), profile)
+    pod = build_pod(make_sandbox(), profile, now=CREATED)
 
     assert pod["metadata"]["labels"] == {
         "openblox.sh/sandbox": "demo",
         "openblox.sh/profile": "code-exec",
         "app.kubernetes.io/managed-by": "openblox",
+        "openblox.sh/unverified": "",
     }
     assert pod["metadata"]["annotations"] == {
         "openblox.sh/profile-digest": profile.digest,
@@ -66,7 +67,7 @@ def test_the_profile_shapes_the_pod() -> None:
         "user: 4242\ngroup: 4343\n"
         "resources: {cpu: 2, memory: 4Gi, scratch: 1Gi, ephemeralStorage: 1Gi}\n",
     )
-    pod = build_pod(make_sandbox(), profile)
+    pod = build_pod(make_sandbox(), profile, now=CREATED)
     spec = pod["spec"]
 
     assert spec["runtimeClassName"] == "kata"
@@ -88,7 +89,7 @@ def test_a_cpu_request_below_the_limit_lowers_only_the_cpu_request() -> None:
         "dense", "image: i\nresources: {cpu: 500m, cpuRequest: 50m, memory: 512Mi}\n"
     )
 
-    resources = container(build_pod(make_sandbox(), profile))["resources"]
+    resources = container(build_pod(make_sandbox(), profile, now=CREATED))["resources"]
 
     assert resources["limits"] == {"cpu": "500m", "memory": "512Mi", "ephemeral-storage": "64Mi"}
     # Memory is still requested at its limit: eviction never ranks a sandbox as over it.
@@ -96,18 +97,23 @@ def test_a_cpu_request_below_the_limit_lowers_only_the_cpu_request() -> None:
 
 
 def test_max_age_is_enforced_by_the_kubelet_too() -> None:
-    assert build_pod(make_sandbox(), default_profile())["spec"]["activeDeadlineSeconds"] == 3600
+    assert (
+        build_pod(make_sandbox(), default_profile(), now=CREATED)["spec"]["activeDeadlineSeconds"]
+        == 3600
+    )
     shortened = make_sandbox(spec={"maxAgeSeconds": 60})
-    assert build_pod(shortened, default_profile())["spec"]["activeDeadlineSeconds"] == 60
+    assert (
+        build_pod(shortened, default_profile(), now=CREATED)["spec"]["activeDeadlineSeconds"] == 60
+    )
 
 
 def test_refuses_a_sandbox_that_outlives_its_profile() -> None:
     with pytest.raises(LifetimeTooLong):
-        build_pod(make_sandbox(spec={"maxAgeSeconds": 7200}), default_profile())
+        build_pod(make_sandbox(spec={"maxAgeSeconds": 7200}), default_profile(), now=CREATED)
 
 
 def test_only_the_scratch_and_state_volumes_are_writable() -> None:
-    pod = build_pod(make_sandbox(), default_profile())
+    pod = build_pod(make_sandbox(), default_profile(), now=CREATED)
 
     assert container(pod)["securityContext"]["readOnlyRootFilesystem"] is True
     mounts = {mount["mountPath"]: mount["name"] for mount in container(pod)["volumeMounts"]}
@@ -116,7 +122,7 @@ def test_only_the_scratch_and_state_volumes_are_writable() -> None:
 
 
 def test_the_pod_has_no_way_to_reach_or_be_reached() -> None:
-    pod = build_pod(make_sandbox(), default_profile())
+    pod = build_pod(make_sandbox(), default_profile(), now=CREATED)
     spec = pod["spec"]
 
     assert spec["dnsPolicy"] == "None"
@@ -129,11 +135,11 @@ def test_the_pod_has_no_way_to_reach_or_be_reached() -> None:
 
 
 def test_each_call_returns_an_independent_manifest() -> None:
-    first = build_pod(make_sandbox(), default_profile())
+    first = build_pod(make_sandbox(), default_profile(), now=CREATED)
     first["spec"]["securityContext"]["seccompProfile"]["type"] = "Unconfined"
     first["spec"]["dnsConfig"]["nameservers"].append("8.8.8.8")
 
-    second = build_pod(make_sandbox(), default_profile())
+    second = build_pod(make_sandbox(), default_profile(), now=CREATED)
 
     assert second["spec"]["securityContext"]["seccompProfile"] == {
         "type": "Localhost",
@@ -159,3 +165,15 @@ def test_a_sandbox_keeps_a_live_pod_first_then_the_one_its_status_names_then_the
     assert names([old, cold], None) == ["warm.old", "demo"]
     assert names([old, cold], "demo") == ["demo", "warm.old"]
     assert names([going, old], "demo") == ["warm.old", "demo"]
+
+
+def test_the_boundary_record_unseals_the_pod_in_the_same_write_and_only_that_pod() -> None:
+    pod = build_pod(make_sandbox(), default_profile(), now=CREATED)
+    pod["metadata"]["uid"] = "pod-uid"
+    assert unsealed_boundary_patch(pod, "gvisor") == {
+        "metadata": {
+            "uid": "pod-uid",
+            "annotations": {"openblox.sh/boundary": "gvisor"},
+            "labels": {"openblox.sh/unverified": None},
+        }
+    }

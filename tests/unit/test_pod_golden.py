@@ -18,7 +18,7 @@ from openblox.builders import build_pod
 from openblox.builders.pod import build_pool_pod
 from openblox.models import Profile, parse_profile
 from openblox.models.pool import Pool
-from tests.unit.factories import default_profile, make_sandbox
+from tests.unit.factories import CREATED, default_profile, make_sandbox
 
 GOLDEN = Path(__file__).parent / "golden"
 POOL_GOLDEN = GOLDEN / "pool_pod_code_exec.json"
@@ -40,7 +40,7 @@ def shipped_code_exec() -> Profile:
     ],
 )
 def test_pod_matches_the_golden_file(golden: str, profile: Callable[[], Profile]) -> None:
-    pod = build_pod(make_sandbox(), profile())
+    pod = build_pod(make_sandbox(), profile(), now=CREATED)
     path = GOLDEN / golden
 
     if os.environ.get("OPENBLOX_UPDATE_GOLDEN") == "1":

@@ -13,7 +13,7 @@ import pytest
 
 from openblox.builders import build_pod
 from openblox.models import parse_profile
-from tests.unit.factories import default_profile, make_sandbox
+from tests.unit.factories import CREATED, default_profile, make_sandbox
 
 RESTRICTED_VOLUME_TYPES = {
     "configMap", "csi", "downwardAPI", "emptyDir", "ephemeral",
@@ -93,7 +93,7 @@ PROFILES = {
 
 @pytest.mark.parametrize("raw_yaml", PROFILES.values(), ids=PROFILES.keys())
 def test_sandbox_pods_pass_pod_security_restricted(raw_yaml: str) -> None:
-    pod = build_pod(make_sandbox(), parse_profile("p", raw_yaml))
+    pod = build_pod(make_sandbox(), parse_profile("p", raw_yaml), now=CREATED)
     assert list(restricted_violations(pod)) == []
 
 
@@ -109,7 +109,7 @@ def test_sandbox_pods_pass_pod_security_restricted(raw_yaml: str) -> None:
     ],
 )
 def test_the_checker_catches_violations(path: tuple[Any, ...], value: Any, violation: str) -> None:
-    pod = copy.deepcopy(build_pod(make_sandbox(), default_profile()))
+    pod = copy.deepcopy(build_pod(make_sandbox(), default_profile(), now=CREATED))
     parent = pod
     for key in path[:-1]:
         parent = parent[key]

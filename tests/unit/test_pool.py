@@ -8,7 +8,7 @@ from fractions import Fraction
 import pytest
 
 from openblox.builders.pod import build_pod, build_pool_pod, claim_patch, pool_pod_name
-from openblox.models import parse_profile
+from openblox.models import format_timestamp, parse_profile
 from openblox.models.pool import MAX_POOL_SIZE, Pool, PoolError, parse_pool, parse_pools
 from openblox.pool.plan import (
     PoolPod,
@@ -89,7 +89,7 @@ def test_a_broken_key_hides_no_other_pool() -> None:
 
 def test_a_pool_pod_has_the_cold_pods_spec_and_digest_but_no_owner_and_no_deadline() -> None:
     profile = default_profile()
-    cold = build_pod(make_sandbox(), profile)
+    cold = build_pod(make_sandbox(), profile, now=CREATED)
     warm = build_pool_pod(POOL, "team-a", profile, "abcde")
     assert warm["metadata"]["annotations"] == cold["metadata"]["annotations"]
     assert "ownerReferences" not in warm["metadata"]
@@ -110,16 +110,17 @@ def test_a_pool_pod_requests_the_cpu_a_cold_pod_of_its_profile_requests() -> Non
     profile = parse_profile(
         "code-exec", "image: i\nresources: {cpu: 500m, cpuRequest: 50m, memory: 512Mi}\n"
     )
-    cold = build_pod(make_sandbox(), profile)["spec"]["containers"][0]["resources"]
+    cold = build_pod(make_sandbox(), profile, now=CREATED)["spec"]["containers"][0]["resources"]
     warm = build_pool_pod(POOL, "team-a", profile, "abcde")["spec"]["containers"][0]["resources"]
     assert warm == cold
     assert warm["requests"]["cpu"] == "50m"
     assert warm["limits"]["cpu"] == "500m"
 
 
-def test_the_claim_patch_is_conditional_and_starts_the_lifetime_at_the_hand_out() -> None:
+def test_the_claim_patch_is_conditional_and_ends_the_pod_with_its_sandbox() -> None:
     profile = default_profile()
-    sandbox = make_sandbox(spec={"maxAgeSeconds": 600})
+    # Warm since T0; the Sandbox is made at T0 + 90 s and handed the pod 0.2 s later.
+    sandbox = make_sandbox(spec={"maxAgeSeconds": 600}, created=T0 + timedelta(seconds=90))
     warm = build_pool_pod(POOL, "team-a", profile, "abcde")
     warm["metadata"].update({"name": "warm.abcde", "resourceVersion": "812"})
     warm["status"] = {"startTime": "2025-01-02T03:04:05Z"}
@@ -128,11 +129,23 @@ def test_the_claim_patch_is_conditional_and_starts_the_lifetime_at_the_hand_out(
     assert patch["metadata"]["labels"] == {"openblox.sh/sandbox": "demo", "openblox.sh/pool": None}
     assert (
         patch["metadata"]["ownerReferences"]
-        == build_pod(sandbox, profile)["metadata"]["ownerReferences"]
+        == build_pod(sandbox, profile, now=CREATED)["metadata"]["ownerReferences"]
     )
     # The kubelet counts the deadline from the pod's start: warm time + the max age.
-    assert patch["spec"] == {"activeDeadlineSeconds": 91 + 600}
-    assert sandbox.creation_timestamp == CREATED
+    assert patch["spec"] == {"activeDeadlineSeconds": 90 + 600}
+
+
+def test_a_warm_pod_handed_out_late_in_a_sandboxs_life_gets_only_what_is_left() -> None:
+    """Its first pod died 500 s into a 600 s life: the replacement ends at 600 s too."""
+    profile = default_profile()
+    sandbox = make_sandbox(spec={"maxAgeSeconds": 600}, created=T0)
+    warm = build_pool_pod(POOL, "team-a", profile, "abcde")
+    warm["metadata"].update({"name": "warm.abcde", "resourceVersion": "812"})
+    warm["status"] = {"startTime": format_timestamp(T0 + timedelta(seconds=400))}
+    patch = claim_patch(warm, sandbox, profile, T0 + timedelta(seconds=500))
+    assert patch["spec"] == {"activeDeadlineSeconds": 200}
+    cold = build_pod(sandbox, profile, now=T0 + timedelta(seconds=500))
+    assert cold["spec"]["activeDeadlineSeconds"] == 100
 
 
 def test_a_pool_pod_view_reads_readiness_digest_and_the_probe() -> None:

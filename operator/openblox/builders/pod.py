@@ -1,18 +1,19 @@
-"""The one pod a Sandbox runs in: a pure function of the Sandbox and its profile.
+"""The one pod a Sandbox runs in: a pure function of the Sandbox, its profile and the
+moment it is built (which only sets how long the pod may run: until the Sandbox's max age).
 
 Everything here must pass Pod Security Admission "restricted"; the isolation the profile
 claims comes from its RuntimeClass, and this spec takes away everything else.
 """
 
-import math
 from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import Any, TypeVar
 
-from openblox.lifetime import effective_lifetime
+from openblox.lifetime import effective_lifetime, remaining_max_age_seconds
 from openblox.models import STATE_VOLUME_SIZE, Profile, Sandbox, parse_timestamp
 from openblox.models.pool import Pool
 from openblox.names import (
+    ANNOTATION_BOUNDARY,
     ANNOTATION_PROCESSES,
     ANNOTATION_PROFILE_DIGEST,
     ANNOTATION_RUNSC_OCI_SECCOMP,
@@ -23,6 +24,7 @@ from openblox.names import (
     LABEL_POOL,
     LABEL_PROFILE,
     LABEL_SANDBOX,
+    LABEL_UNVERIFIED,
     MANAGED_BY,
     SECCOMP_LOCALHOST_PROFILE,
     STATE_DIR,
@@ -43,6 +45,21 @@ def pod_labels(sandbox: Sandbox, profile: Profile) -> dict[str, str]:
         LABEL_SANDBOX: sandbox.name,
         LABEL_PROFILE: profile.name,
         LABEL_MANAGED_BY: MANAGED_BY,
+        # Sealed until the boundary probe's verdict (`unsealed_boundary_patch`).
+        LABEL_UNVERIFIED: "",
+    }
+
+
+def unsealed_boundary_patch(pod: Mapping[str, Any], boundary: str) -> dict[str, Any]:
+    """The merge patch that records the boundary the probe found in the pod and, in the
+    same write, unseals it for callers. The uid is a precondition: a pod made since
+    under the same name (a cold pod's name is its Sandbox's) was not probed."""
+    return {
+        "metadata": {
+            "uid": pod["metadata"]["uid"],
+            "annotations": {ANNOTATION_BOUNDARY: boundary},
+            "labels": {LABEL_UNVERIFIED: None},
+        }
     }
 
 
@@ -137,8 +154,9 @@ KUBELET_SERVICE_VARIABLES = (
 NODE_LOSS_TOLERATION_SECONDS = 10
 
 
-def build_pod(sandbox: Sandbox, profile: Profile) -> dict[str, Any]:
-    """The complete Pod manifest; raises LifetimeTooLong if the Sandbox outlives its profile."""
+def build_pod(sandbox: Sandbox, profile: Profile, *, now: datetime) -> dict[str, Any]:
+    """The complete Pod manifest for a pod made at `now`; raises LifetimeTooLong if the
+    Sandbox outlives its profile."""
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -152,8 +170,12 @@ def build_pod(sandbox: Sandbox, profile: Profile) -> dict[str, Any]:
         "spec": _pod_spec(
             profile,
             hostname=sandbox.name,
-            # A backstop for max age that holds even while the operator is down.
-            active_deadline_seconds=effective_lifetime(sandbox, profile).max_age_seconds,
+            # A backstop for max age that holds even while the operator is down. The
+            # kubelet counts it from the pod's start, so a pod that replaces one late in
+            # the Sandbox's life gets only what is left of it, not a whole max age.
+            active_deadline_seconds=remaining_max_age_seconds(
+                sandbox, effective_lifetime(sandbox, profile), now
+            ),
         ),
     }
 
@@ -196,21 +218,24 @@ def claim_patch(
     """The merge patch that hands a warm pod to one Sandbox, atomically.
 
     It carries the pod's resourceVersion, so of two hand-outs of the same pod the API
-    server applies one and refuses the other with 409. The pod's deadline (counted by
-    the kubelet from the pod's start) becomes the time it has been warm plus the
-    Sandbox's max age, so the Sandbox's lifetime starts now.
+    server applies one and refuses the other with 409. The pod's deadline, which the
+    kubelet counts from the pod's start, becomes the time from that start to the
+    Sandbox's max age, so the pod ends with its Sandbox however long it was warm.
     """
     metadata = pod["metadata"]
     started_text = (pod.get("status") or {}).get("startTime") or metadata["creationTimestamp"]
-    warm_seconds = max(0.0, (now - parse_timestamp(started_text)).total_seconds())
-    max_age = effective_lifetime(sandbox, profile).max_age_seconds
+    started = min(parse_timestamp(started_text), now)
     return {
         "metadata": {
             "resourceVersion": metadata["resourceVersion"],
             "labels": {LABEL_SANDBOX: sandbox.name, LABEL_POOL: None},
             "ownerReferences": [owner_reference(sandbox)],
         },
-        "spec": {"activeDeadlineSeconds": max_age + math.ceil(warm_seconds)},
+        "spec": {
+            "activeDeadlineSeconds": remaining_max_age_seconds(
+                sandbox, effective_lifetime(sandbox, profile), started
+            )
+        },
     }
 
 

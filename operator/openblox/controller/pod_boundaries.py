@@ -13,12 +13,13 @@ from collections.abc import Mapping
 from typing import Any
 
 from openblox.builders.conditions import PodState
+from openblox.builders.pod import unsealed_boundary_patch
 from openblox.controller.boundary import probe_boundary
 from openblox.controller.kube import Kube, is_conflict, is_not_found, path
 from openblox.controller.requeue import Requeue
 from openblox.controller.watched import Watched
 from openblox.models.profile import Boundary
-from openblox.names import ANNOTATION_BOUNDARY
+from openblox.names import ANNOTATION_BOUNDARY, LABEL_UNVERIFIED
 
 log = logging.getLogger(__name__)
 
@@ -81,27 +82,24 @@ class PodBoundaries:
                     self._requeue.after(key, PROBE_RETRY_SECONDS)
                 return None
             self._seen[uid] = observed
-            if key is not None and observed in ("gvisor", "kata"):
-                self.record(pod, observed)
-        return self._seen[uid]
+        boundary = self._seen[uid]
+        sealed = LABEL_UNVERIFIED in (pod["metadata"].get("labels") or {})
+        if key is not None and boundary in ("gvisor", "kata") and (recorded != boundary or sealed):
+            # Also when an earlier write of it failed: the pod stays sealed until it lands.
+            self.record(pod, boundary)
+        return boundary
 
     def record(self, pod: Mapping[str, Any], observed: Boundary) -> None:
-        """Write the probe's result on the pod (the pool keeper does it for a warm pod), so
-        a replica that takes the Lease later trusts it instead of probing every pod again
+        """Write the probe's result on the pod (the pool keeper does it for a warm pod) and
+        unseal it for callers; a replica that takes the Lease later trusts the record
+        instead of probing every pod again
         (a probe of a pod whose node has just frozen hangs until its timeout, and holds
         that Sandbox's reconciles, its NodeLost report among them, back meanwhile)."""
         metadata = pod["metadata"]
         try:
             annotated = self._kube.patch(
                 path(plural="pods", namespace=metadata["namespace"], name=metadata["name"]),
-                # The uid is a precondition: a pod made since under the same name (a cold
-                # pod's name is its Sandbox's) is not probed, so it gets no record.
-                {
-                    "metadata": {
-                        "uid": metadata["uid"],
-                        "annotations": {ANNOTATION_BOUNDARY: observed},
-                    }
-                },
+                unsealed_boundary_patch(pod, observed),
             )
         except Exception as error:
             if not (is_not_found(error) or is_conflict(error)):

@@ -42,7 +42,8 @@ from openblox.controller.sandbox_cache import SandboxCache
 from openblox.controller.sandbox_pods import SandboxPods
 from openblox.controller.watched import Watched
 from openblox.denials import Denial, lifetime_denial, pod_denial
-from openblox.lifetime import compute_expiry, effective_lifetime
+from openblox.lifetime import Expiry, compute_expiry, effective_lifetime
+from openblox.lifetime.reaping import expiry_of
 from openblox.models import (
     LifetimeTooLong,
     OpenbloxError,
@@ -109,11 +110,12 @@ class Reconciler:
     def reconcile(self, body: Mapping[str, Any] | Sandbox, trigger: str) -> None:
         metrics.RECONCILES.labels(trigger).inc()
         sandbox = body if isinstance(body, Sandbox) else parse_sandbox(body)
-        if sandbox.deletion_timestamp is not None:
-            return  # the garbage collector removes the pod with its owner
         with self._lock_for(sandbox.uid):
             try:
-                self._reconcile(sandbox)
+                if sandbox.deletion_timestamp is not None:
+                    self._end_pods_of_deleted(sandbox)
+                else:
+                    self._reconcile(sandbox)
             except NotLeader:
                 # This replica stopped holding the Lease mid-reconcile: the holder
                 # reconciles everything when it takes over, so there is nothing to retry.
@@ -153,6 +155,24 @@ class Reconciler:
 
     # ------------------------------------------------------------------ the steps
 
+    def _end_pods_of_deleted(self, sandbox: Sandbox) -> None:
+        """A Sandbox being deleted keeps no pod running, whatever holds the Sandbox itself
+        back: a finalizer of the caller's, or `--cascade=orphan`, whose garbage collector
+        may not strip a sandbox pod's owner (admission lets it only delete), so it waits
+        until the pod is gone. Either would otherwise leave the pod running on its own
+        deadline, past the Sandbox's end and outside the reaper's reach."""
+        self.deadlines.disarm((sandbox.namespace, sandbox.name))
+        for pod in self.pods.owned(sandbox):
+            if pod["metadata"].get("deletionTimestamp"):
+                continue
+            log.info(
+                "Sandbox %s/%s is being deleted; deleting its pod %s",
+                sandbox.namespace,
+                sandbox.name,
+                pod["metadata"]["name"],
+            )
+            self.delete_pod(pod)
+
     def _reconcile(self, sandbox: Sandbox) -> None:
         now = self._clock()
         observation, profile, pod = self._observe_and_converge(sandbox, now)
@@ -176,16 +196,17 @@ class Reconciler:
             profile = self._resolve_profile(sandbox)
             lifetime = effective_lifetime(sandbox, profile)
         except (OpenbloxError, LifetimeTooLong) as error:
-            self.deadlines.disarm(
-                (sandbox.namespace, sandbox.name)
-            )  # never reaped: see find_expired
+            # No new pod, but the clock runs on (`expiry_of`): a namespace that stopped
+            # allowing the profile, or a profile shortened or deleted since, must not
+            # leave the Sandbox, or the pod it has, without a deadline.
+            expiry = expiry_of(sandbox, self._profiles.snapshot(), now)
+            self._arm(sandbox, expiry)
             pod = self.pods.read(sandbox)
             self._events.record(sandbox_ref(sandbox), error.reason, error.message)
-            return Observation(profile_problem=Problem.from_error(error)), None, pod
+            return Observation(profile_problem=Problem.from_error(error), expiry=expiry), None, pod
 
         expiry = compute_expiry(sandbox, lifetime, now)
-        # The loop reaps it at this moment (a deadline in the past: at its next pass).
-        self.deadlines.arm((sandbox.namespace, sandbox.name), expiry.expires_at)
+        self._arm(sandbox, expiry)
         base = Observation(expiry=expiry, expected_boundary=profile.expected_boundary)
         runtime_problem = self.runtime_problem(profile)
         if runtime_problem:
@@ -205,7 +226,7 @@ class Reconciler:
             )
 
         self.prepare_namespace(sandbox.namespace)
-        pod, conflict = self.pods.ensure(sandbox, profile)
+        pod, conflict = self.pods.ensure(sandbox, profile, now)
         if conflict:
             return replace(base, runtime_available=True, pod_conflict=conflict), profile, None
         if pod is None:
@@ -260,6 +281,14 @@ class Reconciler:
             self._events.record(sandbox_ref(sandbox), Reason.BOUNDARY_MISMATCH, message)
             self.delete_pod(pod)
         return replace(on_node, observed_boundary=boundary), profile, pod
+
+    def _arm(self, sandbox: Sandbox, expiry: Expiry | None) -> None:
+        """The loop reaps it at this moment (a deadline in the past: at its next pass)."""
+        key = (sandbox.namespace, sandbox.name)
+        if expiry is None:
+            self.deadlines.disarm(key)
+        else:
+            self.deadlines.arm(key, expiry.expires_at)
 
     def namespace_labels(self, namespace: str) -> dict[str, str]:
         return namespaces.namespace_labels(self._kube, self.watched, namespace)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
+from datetime import datetime
 from typing import Any
 
 from openblox.builders.pod import (
@@ -55,7 +56,7 @@ class SandboxPods:
         return rank_owned_pods(owned, named)
 
     def ensure(
-        self, sandbox: Sandbox, profile: Profile
+        self, sandbox: Sandbox, profile: Profile, now: datetime
     ) -> tuple[dict[str, Any] | None, str | None]:
         """The Sandbox's pod: a warm one handed out from a pool, else one created cold; or
         a conflict message if the cold pod's name is taken.
@@ -86,7 +87,7 @@ class SandboxPods:
                 return claimed, None
             pods = path(plural="pods", namespace=sandbox.namespace)
             try:
-                created = self._kube.post(pods, build_pod(sandbox, profile))
+                created = self._kube.post(pods, build_pod(sandbox, profile, now=now))
                 log.info("created pod %s/%s", sandbox.namespace, pod_name(sandbox))
                 self._watched.pod_seen(created)
                 return slim_pod(created), None

@@ -27,6 +27,7 @@ from openblox.names import (
     CONTAINER_NAME,
     LABEL_POOL,
     LABEL_SANDBOX,
+    LABEL_UNVERIFIED,
 )
 
 NEGATIVE_TTL_SECONDS = 30.0
@@ -50,7 +51,9 @@ def slim_pod(pod: Mapping[str, Any]) -> dict[str, Any]:
         if key in metadata
     }
     labels = metadata.get("labels") or {}
-    kept_metadata["labels"] = {k: labels[k] for k in (LABEL_SANDBOX, LABEL_POOL) if k in labels}
+    kept_metadata["labels"] = {
+        k: labels[k] for k in (LABEL_SANDBOX, LABEL_POOL, LABEL_UNVERIFIED) if k in labels
+    }
     kept_metadata["ownerReferences"] = [
         {key: ref[key] for key in ("apiVersion", "kind", "name", "uid", "controller") if key in ref}
         for ref in metadata.get("ownerReferences") or []
