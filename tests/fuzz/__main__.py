@@ -18,7 +18,8 @@ from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path
 
-from tests.fuzz import edges, pure
+from tests.fuzz import edges, pure, tenant
+from tests.fuzz.oracle import Violation
 from tests.fuzz.runner import Surface, Tally, run_surface
 
 # One surface's run: its tally, the operator's crashes during it (None: not a cluster
@@ -86,6 +87,11 @@ def run_cluster(cases: int, seed: int, *, lock: bool) -> list[SurfaceRun]:
                 watch = cluster.Operator(kube)
                 started = time.monotonic()
                 tally = run_surface(surface, cases, seed)
+                if isinstance(surface.check, cluster.SandboxSpecs):
+                    try:
+                        cluster.all_reaped(kube, surface.check)
+                    except Violation as late:
+                        tally.violations.append(f"{late.kind}: {late.detail}")
                 cluster.still_serves(kube, namespace)
                 results.append((surface, tally, watch.crashes(), time.monotonic() - started))
     return results
@@ -107,7 +113,7 @@ def main() -> None:
     violations: list[str] = []
     if args.only != "cluster":
         local: list[SurfaceRun] = []
-        for surface in (*pure.SURFACES, *edges.SURFACES):
+        for surface in (*pure.SURFACES, *edges.SURFACES, *tenant.SURFACES):
             # The supervisor runs a process per case: a tenth of the count.
             count = args.cases // 10 if surface is pure.SUPERVISOR else args.cases
             started = time.monotonic()

@@ -26,6 +26,8 @@ from kubernetes.client.exceptions import ApiException
 from openblox.conformance.kube import Kube
 from openblox.models import ProfileError, parse_profile
 from openblox.names import GROUP, LABEL_SANDBOX, PLURAL, VERSION
+from openblox.timestamps import parse_timestamp
+from tests.fuzz import tenant
 from tests.fuzz.oracle import Violation, clear, weaknesses
 from tests.fuzz.pure import PROFILE_DOCUMENTS, SCALARS, SPEC_FIELD, TIMESTAMPS, VALUES
 from tests.fuzz.runner import Surface
@@ -151,11 +153,24 @@ SPECS = st.builds(
         max_size=2,
     ),
 )
+# What a tenant may write on the Sandbox's metadata: labels the API server mostly takes
+# (valid syntax, the operator's own keys among them) and annotations of any kind.
+LABEL_VALUES = st.one_of(
+    st.from_regex(r"([a-z0-9]([-a-z0-9_.]{0,61}[a-z0-9])?)?", fullmatch=True), tenant.VALUES
+)
+LABELS = st.dictionaries(
+    st.one_of(tenant.KEYS, st.from_regex(r"[a-z]{1,10}\.sh/[a-z-]{1,20}", fullmatch=True)),
+    LABEL_VALUES,
+    max_size=4,
+)
+ANNOTATIONS = st.dictionaries(tenant.KEYS, tenant.VALUES, max_size=4)
 SANDBOX_CASES = st.tuples(
     NAMES,
     st.one_of(SPECS, VALUES),
-    st.one_of(st.none(), TIMESTAMPS),
+    st.one_of(st.none(), TIMESTAMPS, tenant.STAMPS),
     st.one_of(st.none(), st.dictionaries(st.text(max_size=8), VALUES, max_size=2)),
+    st.one_of(st.none(), LABELS),
+    st.one_of(st.none(), ANNOTATIONS),
 )
 
 
@@ -166,17 +181,23 @@ class SandboxSpecs:
         self.kube = kube
         self.namespace = namespace
         self.profile = namespace.profile()
+        # Accepted cases stay until `all_reaped`, so the reaper meets them together.
+        self.kept: list[str] = []
 
-    def __call__(self, case: tuple[str, Any, str | None, Any]) -> str:
-        name, spec, stamp, status = case
+    def __call__(self, case: tuple[str, Any, str | None, Any, Any, Any]) -> str:
+        name, spec, stamp, status, labels, annotations = case
         body: dict[str, Any] = {
             "apiVersion": f"{GROUP}/{VERSION}",
             "kind": "Sandbox",
             "metadata": {"name": name, "namespace": self.namespace.name},
             "spec": spec,
         }
+        if annotations is not None:
+            body["metadata"]["annotations"] = dict(annotations)
         if stamp is not None:
-            body["metadata"]["annotations"] = {"openblox.sh/last-activity": stamp}
+            body["metadata"].setdefault("annotations", {})["openblox.sh/last-activity"] = stamp
+        if labels is not None:
+            body["metadata"]["labels"] = labels
         if status is not None:
             body["status"] = status
         try:
@@ -188,13 +209,8 @@ class SandboxSpecs:
         except ValueError as error:  # the client itself refuses to send it (e.g. a name)
             clear(str(error))
             return "refused by the client library"
-        try:
-            return self._judge(created)
-        finally:
-            with contextlib.suppress(ApiException):
-                self.kube.custom.delete_namespaced_custom_object(
-                    GROUP, VERSION, self.namespace.name, PLURAL, created["metadata"]["name"]
-                )
+        self.kept.append(created["metadata"]["name"])
+        return self._judge(created)
 
     def _judge(self, created: dict[str, Any]) -> str:
         name = created["metadata"]["name"]
@@ -239,10 +255,63 @@ def _refusal(error: ApiException) -> str:
 def sandbox_surface(kube: Kube, namespace: FuzzNamespace) -> Surface:
     return Surface(
         "Sandbox specs (API server and operator)",
-        "generated names, specs, annotations and status -> create through the API server",
+        "generated names, specs, labels, annotations and status -> create through the API "
+        "server; every accepted one then reaped in one pass beside a witness",
         SANDBOX_CASES,
         SandboxSpecs(kube, namespace),
     )
+
+
+# How late past their common deadline the reaper may delete them: a pass (1 s), the
+# deletes and their watch events, on a busy node.
+REAP_SLACK_SECONDS = 15.0
+
+
+def all_reaped(kube: Kube, specs: SandboxSpecs, idle: int = 30) -> None:
+    """Every accepted case and a witness come due at one second (each idle timeout
+    shortened to it: a spec may only shorten), so the reaper's one pass meets whatever
+    the cases carry; all must be gone by then, the witness above all."""
+    namespace = specs.namespace.name
+    witness = f"witness-{secrets.token_hex(3)}"
+    body = {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "Sandbox",
+        "metadata": {"name": witness},
+        "spec": {"profile": FUZZ_PROFILE, "idleTimeoutSeconds": idle},
+    }
+    made = kube.custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, body)
+    deadline = _created(made) + idle
+    for name in specs.kept:
+        with contextlib.suppress(ApiException):  # reaped already, by its own spec
+            current = kube.custom.get_namespaced_custom_object(
+                GROUP, VERSION, namespace, PLURAL, name
+            )
+            left = int(deadline - _created(current))
+            asked = (current.get("spec") or {}).get("idleTimeoutSeconds")
+            if left >= 1 and not (isinstance(asked, int) and asked <= left):
+                kube.custom.patch_namespaced_custom_object(
+                    GROUP, VERSION, namespace, PLURAL, name, {"spec": {"idleTimeoutSeconds": left}}
+                )
+
+    def left_over() -> list[str]:
+        items = kube.custom.list_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL)
+        return [i["metadata"]["name"] for i in items["items"] if i["metadata"]["name"] in
+                {witness, *specs.kept}]  # fmt: skip
+
+    while time.time() < deadline + REAP_SLACK_SECONDS:
+        if not left_over():
+            return
+        time.sleep(1)
+    late = left_over()
+    raise Violation(
+        "crash",
+        f"{len(late)} Sandbox(es) outlived their deadline by {REAP_SLACK_SECONDS:.0f} s: "
+        f"{', '.join(sorted(late))[:300]}",
+    )
+
+
+def _created(body: dict[str, Any]) -> float:
+    return parse_timestamp(body["metadata"]["creationTimestamp"]).timestamp()
 
 
 # --- profile entries in the live ConfigMap -------------------------------------------------

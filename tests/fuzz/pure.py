@@ -144,7 +144,7 @@ def check_profile(case: tuple[str, str]) -> str:
 def _pod_of(sandbox: Any, profile: Profile) -> str:
     """Build the pod and judge it; '' when built, or the refusal's name."""
     try:
-        pod = build_pod(sandbox, profile)
+        pod = build_pod(sandbox, profile, now=sandbox.creation_timestamp)
     except LifetimeTooLong as error:
         clear(error.message, must_mention="may only shorten")
         return ", refused: LifetimeTooLong"
