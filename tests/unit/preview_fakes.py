@@ -55,6 +55,19 @@ class FakeBackend:
         return Tunnel(LoopbackExec(grant.port))  # type: ignore[arg-type]
 
 
+def echo_upgraded(handler: BaseHTTPRequestHandler) -> None:
+    """An app's answer to an upgrade: 101, then what comes back upper-cased until the
+    client closes."""
+    handler.send_response(101)
+    handler.send_header("Upgrade", "echo")
+    handler.send_header("Connection", "Upgrade")
+    handler.end_headers()
+    handler.wfile.flush()
+    while data := handler.connection.recv(65536):
+        handler.connection.sendall(data.upper())
+    handler.close_connection = True
+
+
 @contextlib.contextmanager
 def serving_app(handler: type[BaseHTTPRequestHandler]) -> Iterator[int]:
     """A local HTTP server standing in for the app in the sandbox; yields its port."""
@@ -82,3 +95,4 @@ def serving_proxy(keys: Callable[[], Mapping[str, bytes]]) -> Iterator[tuple[int
     finally:
         server.shutdown()
         server.server_close()
+        server.watch.stop()

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from openblox.preview.tokens import Grant, sign
-from tests.unit.preview_fakes import FakeBackend, serving_app, serving_proxy
+from tests.unit.preview_fakes import FakeBackend, echo_upgraded, serving_app, serving_proxy
 
 KEY = b"s" * 32
 
@@ -27,14 +27,7 @@ class App(BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:
         if self.path == "/upgrade":
-            self.send_response(101)
-            self.send_header("Upgrade", "echo")
-            self.send_header("Connection", "Upgrade")
-            self.end_headers()
-            self.wfile.flush()
-            while data := self.connection.recv(65536):
-                self.connection.sendall(data.upper())
-            self.close_connection = True
+            echo_upgraded(self)
             return
         if self.path.startswith("/big"):
             size = int(self.path.split("=")[1])
