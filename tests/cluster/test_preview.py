@@ -30,6 +30,13 @@ pytestmark = pytest.mark.cluster
 SYSTEM = "openblox-system"
 SECRET = "openblox-preview-keys"
 APP_PORT = 8000
+# The app again on its own port, for the expiry test alone, so its relays can be counted.
+EXPIRY_PORT = APP_PORT + 2
+# Long enough to open a websocket through the API server and kubelet, short for a test.
+SHORT_TTL = 15
+# How late past a link's expiry its websocket may still be open: the proxy cuts at the
+# expiry itself, so this is the close's way back through the Service on a busy node.
+CUT_BOUND = 3.0
 
 # A stdlib HTTP/1.1 app: /hello (names its TCP connection), /big?n=, POST /echo, /ws echo.
 APP = r"""
@@ -110,6 +117,25 @@ ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), App).serve_forever()
 """
 
 
+# Prints how many preview relays in the sandbox serve port argv[1]. A relay runs as
+# `python3 -I -S -c <guest/relay_agent.py> PORT`; its source names "openblox-relay", which
+# this program spells in two parts so that its own command line never matches.
+COUNT_RELAYS = r"""
+import os, sys
+port, marker = sys.argv[1].encode(), ("openblox" + "-relay").encode()
+count = 0
+for pid in filter(str.isdigit, os.listdir("/proc")):
+    try:
+        with open("/proc/%s/cmdline" % pid, "rb") as cmdline:
+            argv = cmdline.read().split(b"\0")[:-1]
+    except OSError:
+        continue
+    if argv[1:4] == [b"-I", b"-S", b"-c"] and len(argv) == 6 and argv[5] == port:
+        count += marker in argv[4]
+print(count)
+"""
+
+
 @pytest.fixture(scope="module")
 def preview_ns(operator: Kube) -> Iterator[str]:
     with opted_in_namespace(operator, "t-preview") as name:
@@ -174,12 +200,19 @@ def _get(host: str, path: str, port: int = 80, timeout: float = 30) -> tuple[int
         conn.close()
 
 
-def _api_requests(pod_ip: str) -> float:
+def _counter(pod_ip: str, name: str, *labels: str) -> float:
+    """The proxy's counter `name`, summed over the series whose labels include `labels`
+    (each `key="value"`)."""
     text = urllib.request.urlopen(f"http://{pod_ip}:9090/metrics", timeout=10).read().decode()
     return sum(
-        float(m.group(1))
-        for m in re.finditer(r"^openblox_preview_api_requests_total\{[^}]*\} (\S+)$", text, re.M)
+        float(m.group(2))
+        for m in re.finditer(rf"^{name}_total\{{([^}}]*)\}} (\S+)$", text, re.M)
+        if all(label in m.group(1).split(",") for label in labels)
     )
+
+
+def _api_requests(pod_ip: str) -> float:
+    return _counter(pod_ip, "openblox_preview_api_requests")
 
 
 @pytest.fixture(scope="module")
@@ -261,6 +294,73 @@ def test_a_websocket_echoes_through_the_proxy(proxy: dict[str, str], link: str) 
         assert ws.recv() == bytes(range(256))
     finally:
         ws.close()
+
+
+def _expiry(path: str) -> int:
+    """The expiry (Unix seconds) a link's token carries."""
+    payload = path.split("/")[2].split(".")[2]
+    expires: int = json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))["exp"]
+    return expires
+
+
+def _relays(box: Sandbox, port: int) -> int:
+    result = box.exec(["python3", "-c", COUNT_RELAYS, str(port)])
+    assert result.exit_code == 0, result.stderr
+    return int(result.stdout)
+
+
+def test_a_websocket_opened_before_its_link_expires_is_closed_at_the_expiry(
+    box: Sandbox, proxy: dict[str, str]
+) -> None:
+    box.start_process("app-expiry", ["python3", "/tmp/app.py", str(EXPIRY_PORT)])
+    try:
+        ready = urlsplit(box.preview_url(EXPIRY_PORT, ttl=600)).path
+        wait_for(
+            "the second app to answer through the proxy",
+            lambda: _get(proxy["service"], ready + "hello")[0] == 200,
+            timeout=60,
+            every=1,
+        )
+        cuts = 'reason="expired"', 'phase="piped"'
+        before = _counter(proxy["pod"], "openblox_preview_cuts", *cuts)
+        path = urlsplit(box.preview_url(EXPIRY_PORT, ttl=SHORT_TTL)).path
+        expires = _expiry(path)
+        ws = websocket.create_connection(f"ws://{proxy['service']}{path}ws", timeout=5)
+        try:
+            assert _relays(box, EXPIRY_PORT) >= 1, "the open websocket's relay is not counted"
+            last_echo, closed = _echo_until_closed(ws, expires + 30)
+        finally:
+            ws.close()
+        # It relayed until the link's last seconds, then the proxy cut it at the expiry.
+        assert last_echo > expires - 3, f"the last echo came {expires - last_echo:.1f}s early"
+        assert last_echo <= expires + 1, f"an echo came {last_echo - expires:.1f}s past expiry"
+        assert closed is not None, "the websocket was still open 30s after its link expired"
+        assert closed <= expires + CUT_BOUND, f"closed {closed - expires:.1f}s after expiry"
+        assert _counter(proxy["pod"], "openblox_preview_cuts", *cuts) > before
+        # The relay in the sandbox, and with it the app's connection, ended too.
+        wait_for("the relay to end", lambda: _relays(box, EXPIRY_PORT) == 0, timeout=30, every=1)
+    finally:
+        box.stop_process("app-expiry")
+
+
+def _echo_until_closed(ws: websocket.WebSocket, give_up: float) -> tuple[float, float | None]:
+    """Echoes a message every quarter second until the connection ends: (when the last
+    echo came, when it ended or None), as time.time()."""
+    last_echo, sent = 0.0, 0
+    while time.time() < give_up:
+        sent += 1
+        try:
+            ws.send(f"ping {sent}")
+            echo = ws.recv()
+        except websocket.WebSocketTimeoutException:
+            continue  # open but silent: keep trying until it ends or we give up
+        except (websocket.WebSocketException, OSError):
+            return last_echo, time.time()
+        # Any ping's echo: after a timeout, an earlier one's may come now.
+        assert isinstance(echo, str) and echo.startswith("ping "), echo
+        last_echo = time.time()
+        time.sleep(0.25)
+    return last_echo, None
 
 
 def _tampered(token: str) -> str:

@@ -6,55 +6,17 @@ from __future__ import annotations
 
 import http.client
 import socket
-import threading
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 import pytest
 
-from openblox.preview.relay import Tunnel
-from openblox.preview.server import PreviewServer
 from openblox.preview.tokens import Grant, sign
-from openblox.transport import STDOUT, Frame
+from tests.unit.preview_fakes import FakeBackend, echo_upgraded, serving_app, serving_proxy
 
 KEY = b"s" * 32
-
-
-class LoopbackExec:
-    """Stands in for ExecSocket: stdin/stdout of the relay become a TCP connection."""
-
-    def __init__(self, port: int) -> None:
-        self._sock = socket.create_connection(("127.0.0.1", port))
-
-    def send_stdin(self, data: bytes) -> None:
-        self._sock.sendall(data)
-
-    def close_stdin(self) -> None:
-        self._sock.shutdown(socket.SHUT_WR)
-
-    def frames(self, deadline: float) -> Iterator[Frame]:
-        while True:
-            try:
-                data = self._sock.recv(65536)
-            except OSError:
-                return
-            if not data:
-                return
-            yield Frame(STDOUT, data)
-
-    def close(self) -> None:
-        self._sock.close()
-
-
-class FakeBackend:
-    def __init__(self) -> None:
-        self.opened: list[Grant] = []
-
-    def open(self, grant: Grant) -> Tunnel:
-        self.opened.append(grant)
-        return Tunnel(LoopbackExec(grant.port))  # type: ignore[arg-type]
 
 
 class App(BaseHTTPRequestHandler):
@@ -65,14 +27,7 @@ class App(BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:
         if self.path == "/upgrade":
-            self.send_response(101)
-            self.send_header("Upgrade", "echo")
-            self.send_header("Connection", "Upgrade")
-            self.end_headers()
-            self.wfile.flush()
-            while data := self.connection.recv(65536):
-                self.connection.sendall(data.upper())
-            self.close_connection = True
+            echo_upgraded(self)
             return
         if self.path.startswith("/big"):
             size = int(self.path.split("=")[1])
@@ -114,24 +69,14 @@ class App(BaseHTTPRequestHandler):
 
 @pytest.fixture
 def app() -> Iterator[int]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), App)
-    threading.Thread(
-        target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
-    ).start()
-    yield server.server_address[1]
-    server.shutdown()
+    with serving_app(App) as port:
+        yield port
 
 
 @pytest.fixture
 def proxy() -> Iterator[tuple[int, FakeBackend]]:
-    backend = FakeBackend()
-    server = PreviewServer(("127.0.0.1", 0), lambda: {"k1": KEY}, backend)
-    threading.Thread(
-        target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
-    ).start()
-    yield server.server_address[1], backend
-    server.shutdown()
-    server.server_close()
+    with serving_proxy(lambda: {"k1": KEY}) as served:
+        yield served
 
 
 def _token(port: int, ttl: int = 60, key: bytes = KEY, key_id: str = "k1") -> str:

@@ -1,12 +1,17 @@
 """`read_to_end`, sync and asyncio: every frame into one ExecOutput, and the socket closed
-however the stream ended (the frames themselves are the transport's; faked here)."""
+however the stream ended (the frames themselves are the transport's; faked here). And
+`abort`, which ends a stream from another thread without waiting on the peer."""
 
 from __future__ import annotations
 
 import asyncio
+import socket
+import threading
+import time
 from collections.abc import AsyncIterator, Iterator
 
 import pytest
+import websocket
 
 from openblox.transport import STDERR, STDOUT, ExecOutput, ExecSocket, Frame
 from openblox.transport.aio_exec import AsyncExecSocket
@@ -68,3 +73,21 @@ def test_the_async_read_to_end_is_the_same() -> None:
         asyncio.run(broken.read_to_end(0.0, partial))
     assert bytes(partial.stdout) == b"out"
     assert broken.closed
+
+
+def test_abort_ends_a_read_blocked_on_the_stream_at_once() -> None:
+    ours, theirs = socket.socketpair()
+    with ours, theirs:
+        stream = object.__new__(ExecSocket)
+        stream._socket = websocket.WebSocket()
+        stream._socket.sock = ours
+        read: list[bytes] = []
+        reader = threading.Thread(target=lambda: read.append(ours.recv(1)))
+        reader.start()
+        time.sleep(0.2)
+        stream.abort()
+        reader.join(2)
+        assert read == [b""]
+        stream.abort()  # again, on a stream already shut: nothing to do, nothing raised
+    stream._socket.sock = None
+    stream.abort()  # a stream whose socket is gone

@@ -4,7 +4,8 @@ The token is checked first, from the path alone: a forged, tampered, expired or
 unknown-key token gets 403 and the connection is closed before its body is read and
 before the backend (and so the API server) is asked for anything. A good token's request
 is relayed over the connection's `Tunnel`, which is kept between requests to the same
-sandbox and port.
+sandbox and port. The token then bounds the conversation (permits.py): whatever is still
+being relayed when it expires, or when its key leaves the ring, is cut.
 """
 
 from __future__ import annotations
@@ -14,8 +15,6 @@ import io
 import logging
 import socket
 import threading
-import time
-from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Protocol, cast
 
@@ -35,8 +34,9 @@ from openblox.preview.http11 import (
     response_head,
     status_of,
 )
+from openblox.preview.permits import Cut, PermitWatch
 from openblox.preview.relay import Tunnel
-from openblox.preview.tokens import Grant, TokenError, verify
+from openblox.preview.tokens import Grant, TokenError
 from openblox.transport import ExecStreamError
 
 log = logging.getLogger(__name__)
@@ -66,12 +66,11 @@ class Request:
 class Conversation:
     """One client connection: a series of requests, each checked, then relayed."""
 
-    def __init__(
-        self, sock: socket.socket, keys: Callable[[], Mapping[str, bytes]], backend: Backend
-    ) -> None:
+    def __init__(self, sock: socket.socket, backend: Backend, watch: PermitWatch) -> None:
         self._sock = sock
-        self._keys = keys
         self._backend = backend
+        self._watch = watch
+        self._permit = watch.permit(sock)
         self._rfile = cast(io.BufferedReader, sock.makefile("rb", buffering=64 * 1024))
         self._tunnel: Tunnel | None = None
         self._tunnel_key: tuple[str, str, str, int] | None = None
@@ -87,7 +86,23 @@ class Conversation:
         try:
             while self._one():
                 pass
-        except HTTPError as error:
+        except (HTTPError, Cut, OSError, ValueError, ExecStreamError) as error:
+            self._last_word(error)
+        finally:
+            self._watch.release(self._permit)
+            self._drop_tunnel()
+            with contextlib.suppress(OSError):
+                self._rfile.close()
+
+    def _last_word(self, error: Exception) -> None:
+        """What the client is told when the conversation ends early, if anything."""
+        if self._permit.cut:
+            # Whatever broke, the cut is why: the link expired or its key left the ring.
+            reason = self._permit.refusal()
+            if reason is not None:
+                self._refuse(reason)
+            return  # a reply was under way: closing is all that can be said
+        if isinstance(error, HTTPError):
             with contextlib.suppress(OSError):
                 self.send(
                     json_response(
@@ -97,14 +112,16 @@ class Conversation:
                         True,
                     )
                 )
-        except (OSError, ValueError, ExecStreamError):
-            pass  # either side went away mid-message: nothing more can be said on it
-        finally:
-            self._drop_tunnel()
-            with contextlib.suppress(OSError):
-                self._rfile.close()
+        # Otherwise either side went away mid-message: nothing more can be said on it.
+
+    def _refuse(self, reason: str) -> None:
+        with contextlib.suppress(OSError):
+            self.send(
+                json_response(403, "Forbidden", {"error": "forbidden", "reason": reason}, True)
+            )
 
     def _drop_tunnel(self) -> None:
+        self._permit.detach()
         if self._tunnel is not None:
             self._tunnel.close()
         self._tunnel = self._upstream = self._tunnel_key = None
@@ -130,14 +147,10 @@ class Conversation:
                 break
         # The token is checked before anything else happens for this request.
         try:
-            grant = verify(token, self._keys(), time.time())
+            grant = self._permit.admit(token)
         except TokenError as error:
             DENIED.labels(error.reason).inc()
-            self.send(
-                json_response(
-                    403, "Forbidden", {"error": "forbidden", "reason": error.reason}, True
-                )
-            )
+            self._refuse(error.reason)
             return False
         if not rest.startswith("/"):
             # /p/<token> or /p/<token>?q: send the browser under the prefix, so that
@@ -147,6 +160,7 @@ class Conversation:
                 f"HTTP/1.1 308 Permanent Redirect\r\nLocation: {location}\r\n"
                 "Content-Length: 0\r\n\r\n".encode("latin-1")
             )
+            self._permit.idle()
             return True
         return self._relay(Request(head, method, rest, version, grant, token))
 
@@ -174,6 +188,7 @@ class Conversation:
         return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
 
     def _tunnel_for(self, grant: Grant) -> tuple[Tunnel, io.BufferedReader, bool]:
+        self._permit.ensure()  # no new tunnel (or retry) once the link is cut
         key = (grant.namespace, grant.sandbox, grant.uid, grant.port)
         if self._tunnel is not None and (self._tunnel_key != key or self._tunnel.at_eof):
             self._drop_tunnel()
@@ -190,6 +205,7 @@ class Conversation:
             raise HTTPError(502, "could not reach the sandbox") from error
         self._tunnel, self._tunnel_key = tunnel, key
         self._upstream = io.BufferedReader(tunnel, 256 * 1024)
+        self._permit.attach(tunnel)
         return tunnel, self._upstream, False
 
     def _relay(self, request: Request) -> bool:
@@ -230,6 +246,7 @@ class Conversation:
         while True:
             status = status_of(reply)
             if 100 <= status < 200 and status != 101:
+                self._permit.replying()
                 self.send(response_head(reply, status, []))
                 next_reply = read_head(upstream, 502)
                 if next_reply is None:
@@ -237,6 +254,7 @@ class Conversation:
                 reply = next_reply
                 continue
             break
+        self._permit.replying(upgraded=status == 101 and upgrade)
         if status == 101 and upgrade:
             self.send(response_head(reply, status, [], keep_upgrade=True))
             self._pipe(tunnel, upstream)
@@ -263,6 +281,7 @@ class Conversation:
             copy_until_eof(upstream, self.send)
         if not upstream_keeps or kind == "eof":
             self._drop_tunnel()
+        self._permit.idle()
         return keep
 
     def _pipe(self, tunnel: Tunnel, upstream: io.BufferedReader) -> None:

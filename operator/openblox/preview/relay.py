@@ -54,6 +54,11 @@ class Tunnel(io.RawIOBase):
         # the exec's Status are kept for `diagnostics` (a few KiB of stderr tell why).
         self._output = ExecOutput(keep_stdout=0, keep_stderr=4096)
         self._broken = ""
+        # `abort` may come from another thread while the owner closes: this lock orders
+        # them, so the stream is never shut after its socket was closed (by then the
+        # descriptor may belong to another connection).
+        self._ending = threading.Lock()
+        self._closing = self._socket_closing = self._aborted = False
         self.received = 0
         self.read_timeout = 300.0
         self._reader = threading.Thread(target=self._pump, daemon=True, name="tunnel-reader")
@@ -65,8 +70,10 @@ class Tunnel(io.RawIOBase):
                 data = self._output.feed(frame)
                 if data:
                     with self._cond:
-                        while self._buffered >= BUFFER_BYTES and not self.closed:
+                        while self._buffered >= BUFFER_BYTES and not self._stopped:
                             self._cond.wait(1.0)
+                        if self._stopped:
+                            continue  # cut or closed: nobody may read these bytes now
                         self._chunks.append(data)
                         self._buffered += len(data)
                         self.received += len(data)
@@ -79,9 +86,14 @@ class Tunnel(io.RawIOBase):
                 self._cond.notify_all()
 
     @property
+    def _stopped(self) -> bool:
+        return self._aborted or self.closed
+
+    @property
     def at_eof(self) -> bool:
+        """True once nothing more will come: the stream ended and was read, or was cut."""
         with self._cond:
-            return self._eof and not self._chunks
+            return self._aborted or (self._eof and not self._chunks)
 
     def diagnostics(self) -> str:
         """What the relay said on stderr, else how its exec ended (status or broken stream)."""
@@ -99,7 +111,7 @@ class Tunnel(io.RawIOBase):
         deadline = time.monotonic() + self.read_timeout
         with self._cond:
             while not self._chunks:
-                if self._eof or self.closed:
+                if self._eof or self._stopped:
                     return 0
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
@@ -117,6 +129,8 @@ class Tunnel(io.RawIOBase):
     def send(self, data: bytes) -> None:
         if not data:
             return
+        if self._aborted:
+            raise ExecStreamError("the tunnel was cut")
         try:
             self._socket.send_stdin(data)
         except ExecStreamError:
@@ -124,15 +138,34 @@ class Tunnel(io.RawIOBase):
         except Exception as error:  # the websocket library's own errors: a broken stream
             raise ExecStreamError(f"the exec stream broke: {error}") from error
 
+    def abort(self) -> None:
+        """Cuts the tunnel now, from any thread, waiting on nothing: a read returns end of
+        stream, a send fails, and bytes the sandbox sent that were not read yet are
+        dropped. Ending the exec stream ends the relay in the sandbox. The owner still
+        calls `close`."""
+        with self._ending:
+            if self._socket_closing:
+                return
+            self._aborted = True
+            self._socket.abort()
+        with self._cond:
+            self._chunks.clear()
+            self._buffered = 0
+            self._cond.notify_all()
+
     def close(self) -> None:
-        if self.closed:
-            return
+        with self._ending:
+            if self._closing:
+                return
+            self._closing = True
         super().close()
         with self._cond:
             self._cond.notify_all()
         # The stream may already be gone; closing it is all that is left to do.
         with contextlib.suppress(Exception):
             self._socket.close_stdin()
+        with self._ending:
+            self._socket_closing = True
         self._socket.close()
         if self._on_close is not None:
             self._on_close()

@@ -6,7 +6,8 @@ stream running the relay agent). Each connection is a `Conversation`
 (conversation.py): its requests' tokens are checked first, with no I/O but reading the
 mounted key ring, and only then relayed; bodies stream in both directions with their own
 framing (http11.py), and a `101 Switching Protocols` reply (websockets) turns the
-connection into a two-way byte pipe.
+connection into a two-way byte pipe. One `PermitWatch` (permits.py) cuts every
+connection whose link has expired or lost its key, whatever it is doing then.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from prometheus_client import Counter, Gauge
 from openblox.names import CONTAINER_NAME, GROUP, LABEL_SANDBOX, PLURAL, VERSION
 from openblox.preview.conversation import Backend, Conversation
 from openblox.preview.http11 import HTTPError, json_response
+from openblox.preview.permits import PermitWatch
 from openblox.preview.relay import Tunnel, agent_argv
 from openblox.preview.tokens import Grant
 from openblox.transport import Api, ApiError, ExecSocket, ExecStreamError, Session, path
@@ -140,8 +142,10 @@ class PreviewServer(socketserver.ThreadingTCPServer):
         keys: Callable[[], Mapping[str, bytes]],
         backend: Backend,
     ) -> None:
-        self.keys = keys
         self.backend = backend
+        # Runs until the process ends, through the drain too: a connection given time to
+        # finish is still cut at its link's expiry.
+        self.watch = PermitWatch(keys)
         self._slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
         self._active = 0
         self._active_lock = threading.Condition()
@@ -178,4 +182,4 @@ class _Handler(socketserver.BaseRequestHandler):
     server: PreviewServer
 
     def handle(self) -> None:
-        Conversation(self.request, self.server.keys, self.server.backend).run()
+        Conversation(self.request, self.server.backend, self.server.watch).run()

@@ -7,6 +7,7 @@ so one thread may write stdin while another reads output (see tls.py for why).
 from __future__ import annotations
 
 import contextlib
+import socket
 import time
 from collections.abc import Iterator, Sequence
 
@@ -116,6 +117,16 @@ class ExecSocket:
         finally:
             self.close()
         return output
+
+    def abort(self) -> None:
+        """Shuts the connection both ways at once, from any thread and without a closing
+        handshake, so a send or read blocked on it fails now rather than when the peer
+        answers. `close` still releases it; call this only before `close` has begun (the
+        descriptor could be another connection's by then)."""
+        raw = self._socket.sock
+        if raw is not None:
+            with contextlib.suppress(OSError):
+                raw.shutdown(socket.SHUT_RDWR)
 
     def close(self) -> None:
         with contextlib.suppress(OSError, websocket.WebSocketException):
