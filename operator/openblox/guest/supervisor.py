@@ -30,6 +30,19 @@ and a guest program cannot import a sibling module.
 from __future__ import annotations
 
 import ctypes
+
+# The first act in every mode, before anything else: not dumpable (PR_SET_DUMPABLE, 0). The
+# guest runs as this uid, and a process of that uid may open /proc/<pid>/fd/1 or fd/2 of a
+# dumpable process: through them it could write a forged frame or verdict into this
+# supervisor's stream, or a flood into its stderr. A process that is not dumpable has its
+# /proc/<pid> entries owned by root, closed to the guest. It cannot cover the interpreter's
+# start-up before this line; what holds whatever reaches the stream is the client, which
+# bounds and checks it all (THREAT_MODEL.md, "What comes back to the caller"). The keeper
+# `start` forks inherits it (a fork keeps it); only the command's own execve resets it.
+PR_SET_DUMPABLE = 4
+if __name__ == "__main__":
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
+
 import os
 import select
 import sys
@@ -40,7 +53,6 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any, NoReturn
 
-PR_SET_DUMPABLE = 4
 PR_SET_SECCOMP = 22
 PR_SET_CHILD_SUBREAPER = 36
 PR_SET_NO_NEW_PRIVS = 38
@@ -251,10 +263,11 @@ def exit_code_of(status: int | None) -> tuple[int, int | None]:
     return os.WEXITSTATUS(status), None
 
 
-def libc_with_prctl(*options: int) -> ctypes.CDLL:
+def subreaper_libc() -> ctypes.CDLL:
+    """libc, once this process is a child subreaper: whatever its command forks (setsid,
+    double forks) stays its descendant, to be ended with it."""
     libc = ctypes.CDLL(None, use_errno=True)
-    for option in options:
-        libc.prctl(option, 1 if option != PR_SET_DUMPABLE else 0, 0, 0, 0)
+    libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
     return libc
 
 
@@ -262,10 +275,10 @@ def run(args: list[str]) -> None:
     timeout, cap, nproc, cwd = float(args[0]), int(args[1]), int(args[2]), args[3]
     env, argv = split_command(args[4:])
     deadline = time.monotonic() + timeout
-    # Not dumpable: the command (same uid) cannot open /proc/<this>/fd/1 to forge frames,
-    # nor ptrace this process. It can still kill it; the caller's own deadline and
-    # output cap hold regardless.
-    libc = libc_with_prctl(PR_SET_CHILD_SUBREAPER, PR_SET_DUMPABLE)
+    # Not dumpable since its first line, so the command (same uid) cannot open
+    # /proc/<this>/fd/1 to forge frames. It can still kill this process; the caller's own
+    # deadline and output cap hold regardless.
+    libc = subreaper_libc()
     out_r, out_w = os.pipe()
     err_r, err_w = os.pipe()
     pid = os.fork()
@@ -413,7 +426,7 @@ def keep(  # noqa: PLR0917 - one call site, in the forked keeper
     import json
     import signal
 
-    libc = libc_with_prctl(PR_SET_CHILD_SUBREAPER, PR_SET_DUMPABLE)
+    libc = subreaper_libc()
     out_r, out_w = os.pipe()
     err_r, err_w = os.pipe()
     stop_requested: list[bool] = []
