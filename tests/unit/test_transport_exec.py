@@ -4,7 +4,7 @@ however the stream ended (the frames themselves are the transport's; faked here)
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterable, Iterator
 
 import pytest
 
@@ -15,7 +15,7 @@ FRAMES = [Frame(STDOUT, b"out"), Frame(STDERR, b"err"), Frame(3, b'{"status": "S
 
 
 class FakeSocket(ExecSocket):
-    def __init__(self, frames: list[Frame], then: Exception | None = None) -> None:
+    def __init__(self, frames: Iterable[Frame], then: Exception | None = None) -> None:
         self._frames, self._then, self.closed = frames, then, False
 
     def frames(self, deadline: float) -> Iterator[Frame]:
@@ -28,7 +28,7 @@ class FakeSocket(ExecSocket):
 
 
 class FakeAsyncSocket(AsyncExecSocket):
-    def __init__(self, frames: list[Frame], then: Exception | None = None) -> None:
+    def __init__(self, frames: Iterable[Frame], then: Exception | None = None) -> None:
         self._frames, self._then, self.closed = frames, then, False
 
     async def frames(self, deadline: float) -> AsyncIterator[Frame]:

@@ -22,7 +22,6 @@ import aiohttp
 from openblox.client import background, postmortem
 from openblox.client.arguments import (
     checked_argv,
-    checked_byte_count,
     checked_grace,
     checked_limits,
     checked_port,
@@ -34,7 +33,6 @@ from openblox.client.async_files import AsyncFiles
 from openblox.client.async_supervised import AsyncExecStream, _AsyncSupervisedRun
 from openblox.client.errors import (
     ExecTransportError,
-    InvalidArgument,
     SandboxGone,
     SandboxNotReady,
 )
@@ -56,7 +54,7 @@ from openblox.client.preview import (
     secret_unreadable,
     signed_url,
 )
-from openblox.client.processes import LOG_BYTES, Process, check_process_name
+from openblox.client.processes import ANSWER_BYTES, LOG_BYTES, Process, check_process_name
 from openblox.client.results import ExecResult
 from openblox.denials import Denial, ExecOutcome, Policy, classify_exec, scratch_mounted_noexec
 from openblox.names import ANNOTATION_LAST_ACTIVITY, Reason
@@ -384,12 +382,11 @@ class AsyncSandbox:
         return Process.from_record(json.loads(stdout))
 
     async def logs(self, name: str, *, stream: str = "stdout", limit: int = LOG_BYTES) -> bytes:
-        check_process_name(name)
-        if stream not in ("stdout", "stderr"):
-            raise InvalidArgument(f"stream must be 'stdout' or 'stderr', not {stream!r}")
-        count = checked_byte_count("limit", limit)
-        return await self._control(["logs", name, stream, str(count)])
+        args, answer = background.logs_arguments(name, stream, limit)
+        return await self._control(args, answer=answer)
 
-    async def _control(self, args: Sequence[str], timeout: float = 30.0) -> bytes:
+    async def _control(
+        self, args: Sequence[str], timeout: float = 30.0, answer: int = ANSWER_BYTES
+    ) -> bytes:
         await self._record_activity()
-        return await self._cluster.control(self.namespace, self.pod, args, timeout)
+        return await self._cluster.control(self.namespace, self.pod, args, timeout, answer=answer)

@@ -15,7 +15,6 @@ from typing import Any, NoReturn
 from openblox.client import background, postmortem
 from openblox.client.arguments import (
     checked_argv,
-    checked_byte_count,
     checked_grace,
     checked_limits,
     checked_stdin,
@@ -23,7 +22,6 @@ from openblox.client.arguments import (
 from openblox.client.cluster import Cluster
 from openblox.client.errors import (
     ExecTransportError,
-    InvalidArgument,
     SandboxGone,
     SandboxNotReady,
 )
@@ -36,7 +34,7 @@ from openblox.client.launch import (
 )
 from openblox.client.limits import ExecLimits
 from openblox.client.postmortem import Fate
-from openblox.client.processes import LOG_BYTES, Process, check_process_name
+from openblox.client.processes import ANSWER_BYTES, LOG_BYTES, Process, check_process_name
 from openblox.client.results import ExecResult
 from openblox.client.supervised import ExecStream, _SupervisedRun
 from openblox.denials import Denial, ExecOutcome, Policy, classify_exec, scratch_mounted_noexec
@@ -383,12 +381,15 @@ class Sandbox:
         return Process.from_record(json.loads(stdout))
 
     def logs(self, name: str, *, stream: str = "stdout", limit: int = LOG_BYTES) -> bytes:
-        """The last `limit` bytes a background command wrote to `stream`."""
-        check_process_name(name)
-        if stream not in ("stdout", "stderr"):
-            raise InvalidArgument(f"stream must be 'stdout' or 'stderr', not {stream!r}")
-        return self._control(["logs", name, stream, str(checked_byte_count("limit", limit))])
+        """The last `limit` bytes a background command wrote to `stream` (at most LOG_BYTES:
+        the sandbox keeps no more)."""
+        args, answer = background.logs_arguments(name, stream, limit)
+        return self._control(args, answer=answer)
 
-    def _control(self, args: Sequence[str], timeout: float = 30.0) -> bytes:
+    def _control(
+        self, args: Sequence[str], timeout: float = 30.0, answer: int = ANSWER_BYTES
+    ) -> bytes:
         self._record_activity()
-        return background.control(self._cluster, self.namespace, self.pod, args, timeout)
+        return background.control(
+            self._cluster, self.namespace, self.pod, args, timeout, answer=answer
+        )

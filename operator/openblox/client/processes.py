@@ -10,8 +10,11 @@ from typing import Any
 from openblox.client.errors import InvalidArgument
 
 # Each of stdout and stderr keeps at most this many bytes (the newest) in the sandbox's
-# state volume, so a chatty server cannot fill it.
+# state volume, so a chatty server cannot fill it; `logs` reads no more than this.
 LOG_BYTES = 1024 * 1024
+# The most bytes of the supervisor's answer to `start`, `ps` or `stop`: the client stops
+# reading past it.
+ANSWER_BYTES = 1 << 20
 _NAME = re.compile(r"[a-z0-9]([a-z0-9._-]{0,61}[a-z0-9])?")
 
 
