@@ -17,6 +17,7 @@ from typing import NoReturn
 
 import pytest
 
+from openblox.agent_tools.shaping import process_info
 from openblox.client import background
 from openblox.client.async_cluster import AsyncCluster
 from openblox.client.async_supervised import _AsyncSupervisedRun
@@ -25,9 +26,10 @@ from openblox.client.errors import (
     ExecTransportError,
     FileOperationError,
     OutputLimitExceeded,
+    ProcessRecordDamaged,
 )
 from openblox.client.files import listing_of
-from openblox.client.processes import ANSWER_BYTES, LOG_BYTES
+from openblox.client.processes import ANSWER_BYTES, LOG_BYTES, process_of, processes_of
 from openblox.client.results import ExecResult
 from openblox.client.supervised import SUPERVISOR_STDERR_BYTES, _SupervisedRun
 from openblox.denials import ExecOutcome
@@ -132,6 +134,16 @@ def test_logs_accept_no_more_than_they_asked_for_nor_than_the_sandbox_keeps() ->
         background.control(FakeCluster(socket), "ns", "pod", args, answer=answer)
 
 
+def test_a_record_the_sandbox_damaged_is_its_own_error() -> None:
+    exit_5 = (
+        b'{"status": "Failure", "details": {"causes": [{"reason": "ExitCode", "message": "5"}]}}'
+    )
+    said = b"the state of web in the sandbox is damaged, so it was refused: stdout is a link\n"
+    socket = FakeSocket([Frame(STDERR, said), Frame(ERROR, exit_5)])
+    with pytest.raises(ProcessRecordDamaged, match="stdout is a link"):
+        background.control(FakeCluster(socket), "ns", "pod", ["logs", "web", "stdout", "9"])
+
+
 def _result(outcome: ExecOutcome, duration: float) -> ExecResult:
     return ExecResult(outcome.stdout, outcome.stderr, outcome.exit_code, False, False, duration)
 
@@ -183,6 +195,37 @@ def test_a_supervised_exec_stops_reading_at_its_bound(frames: Endless, error: ty
     with pytest.raises(error):
         asyncio.run(twin.collect())
     assert asynchronous.closed and frames.taken <= SUPERVISOR_STDERR_BYTES // CHUNK + 6
+
+
+def test_the_answers_about_processes_are_checked_not_trusted() -> None:
+    good = {"name": "web", "running": True, "argv": ["sh"], "pid": 7}
+    listed = processes_of((json.dumps(good) + "\n" + json.dumps({"omitted": 3}) + "\n").encode())
+    assert [p.name for p in listed] == ["web"] and listed.omitted == 3
+    assert listed.notes() == [
+        "3 more entries in the sandbox's process state were left out (not a command openblox "
+        "started, or past the answer's bound)"
+    ]
+    damaged = processes_of(json.dumps(dict(good, unreadable="meta is a symbolic link")).encode())
+    assert damaged.notes() == ["web: meta is a symbolic link"]
+    assert process_info(damaged[0].to_dict()).unreadable == "meta is a symbolic link"
+    assert process_of(json.dumps(dict(good, started=True)).encode(), "start").started
+    for bad in (
+        dict(good, name="x" * 64),
+        dict(good, name="../up"),
+        dict(good, keeper=1),  # a field the supervisor never sends
+        dict(good, pid=1),
+        dict(good, argv="sh -c evil"),
+        dict(good, running="yes"),
+        {"running": True},
+        "[" * 100_000,  # deep nesting: a RecursionError in json, never an escape from here
+    ):
+        line = bad if isinstance(bad, str) else json.dumps(bad)
+        with pytest.raises(ExecTransportError, match="the answer to ps is malformed"):
+            processes_of(line.encode())
+    with pytest.raises(ExecTransportError, match="the answer to stop is malformed"):
+        process_of(b"", "stop")
+    with pytest.raises(ExecTransportError, match="the answer to start is malformed"):
+        process_of((json.dumps(good) + "\n" + json.dumps(good)).encode(), "start")
 
 
 def test_a_listing_cut_at_the_cap_or_malformed_is_refused_with_its_path() -> None:

@@ -15,12 +15,13 @@ from openblox.client.errors import (
     OpenbloxClientError,
     OutputLimitExceeded,
     ProcessNotFound,
+    ProcessRecordDamaged,
     SandboxGone,
     SandboxNotReady,
     SandboxTimeout,
 )
 from openblox.client.limits import ExecLimits
-from openblox.client.processes import Process
+from openblox.client.processes import Process, Processes
 from openblox.client.results import ExecResult
 from openblox.client.supervised import ExecStream, OutputChunk
 from openblox.client.sync import Client, Sandbox
@@ -47,6 +48,8 @@ __all__ = [
     "OutputLimitExceeded",
     "Process",
     "ProcessNotFound",
+    "ProcessRecordDamaged",
+    "Processes",
     "Sandbox",
     "SandboxGone",
     "SandboxNotReady",

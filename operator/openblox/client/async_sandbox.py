@@ -9,8 +9,6 @@ denial classifier for what it ran into. Execs go through `async_cluster`.
 from __future__ import annotations
 
 import asyncio
-import builtins
-import json
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
@@ -22,7 +20,6 @@ import aiohttp
 from openblox.client import background, postmortem
 from openblox.client.arguments import (
     checked_argv,
-    checked_grace,
     checked_limits,
     checked_port,
     checked_stdin,
@@ -54,7 +51,14 @@ from openblox.client.preview import (
     secret_unreadable,
     signed_url,
 )
-from openblox.client.processes import ANSWER_BYTES, LOG_BYTES, Process, check_process_name
+from openblox.client.processes import (
+    ANSWER_BYTES,
+    LOG_BYTES,
+    Process,
+    Processes,
+    process_of,
+    processes_of,
+)
 from openblox.client.results import ExecResult
 from openblox.denials import Denial, ExecOutcome, Policy, classify_exec, scratch_mounted_noexec
 from openblox.names import ANNOTATION_LAST_ACTIVITY, Reason
@@ -369,17 +373,14 @@ class AsyncSandbox:
         command = background.start_arguments(
             name, argv, self.exec_limits.processes, env=env, cwd=cwd
         )
-        return Process.from_record(json.loads(await self._control(command)))
+        return process_of(await self._control(command), "start")
 
-    async def processes(self) -> builtins.list[Process]:
-        stdout = await self._control(["ps"])
-        return [Process.from_record(json.loads(line)) for line in stdout.splitlines() if line]
+    async def processes(self) -> Processes:
+        return processes_of(await self._control(["ps"]))
 
     async def stop_process(self, name: str, *, grace: float = 2.0) -> Process:
-        check_process_name(name)
-        seconds = checked_grace(grace)
-        stdout = await self._control(["stop", name, repr(seconds)], timeout=seconds + 30)
-        return Process.from_record(json.loads(stdout))
+        args, timeout = background.stop_arguments(name, grace)
+        return process_of(await self._control(args, timeout), "stop")
 
     async def logs(self, name: str, *, stream: str = "stdout", limit: int = LOG_BYTES) -> bytes:
         args, answer = background.logs_arguments(name, stream, limit)

@@ -14,6 +14,7 @@ from openblox.client.arguments import (
     checked_argv,
     checked_byte_count,
     checked_cwd,
+    checked_grace,
     env_pairs,
 )
 from openblox.client.cluster import Cluster
@@ -22,6 +23,7 @@ from openblox.client.errors import (
     InvalidArgument,
     OpenbloxClientError,
     ProcessNotFound,
+    ProcessRecordDamaged,
     stream_error,
 )
 from openblox.client.launch import SUPERVISOR_ARGV
@@ -29,8 +31,11 @@ from openblox.client.processes import ANSWER_BYTES, LOG_BYTES, check_process_nam
 from openblox.client.supervised import SUPERVISOR_STDERR_BYTES
 from openblox.transport import ExecOutput, ExecStreamError
 
-# The supervisor's exit code for "no process by that name".
+# The supervisor's exit codes for "no process by that name", and for a record in the
+# sandbox that is not what its keeper wrote (supervisor.py's copies are held equal to
+# these by tests/unit/test_names.py).
 NO_SUCH_PROCESS = 3
+DAMAGED = 5
 
 
 def start_arguments(
@@ -53,6 +58,13 @@ def start_arguments(
         "--",
         *checked_argv(argv),
     ]
+
+
+def stop_arguments(name: str, grace: float) -> tuple[list[str], float]:
+    """The `stop` mode's arguments, every one checked, and how long it may take to answer."""
+    check_process_name(name)
+    seconds = checked_grace(grace)
+    return ["stop", name, repr(seconds)], seconds + 30
 
 
 def logs_arguments(name: str, stream: str, limit: int) -> tuple[list[str], int]:
@@ -120,4 +132,6 @@ def control_failure(
     message = stderr.decode("utf-8", "replace").strip()
     if code == NO_SUCH_PROCESS:
         return ProcessNotFound(message)
+    if code == DAMAGED:
+        return ProcessRecordDamaged(message[-500:])
     return ExecTransportError(f"{operation} failed (exit {code}): {message[-500:]}")

@@ -73,6 +73,13 @@ class OutputLimitExceeded(ExecTransportError):
         self.limit = limit
 
 
+class ProcessRecordDamaged(OpenbloxClientError):
+    """What the sandbox holds for a background command is not what its keeper wrote: a
+    link, a file that is not a regular file, or one past its size bound. Code in the
+    sandbox changed it (it can write there); nothing there was followed or read past its
+    bound, and the message says what was found."""
+
+
 class FileOperationError(OpenbloxClientError):
     """A file operation inside the sandbox failed; the message names the path and why."""
 

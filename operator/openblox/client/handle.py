@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import builtins
 import http.client
-import json
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -15,7 +13,6 @@ from typing import Any, NoReturn
 from openblox.client import background, postmortem
 from openblox.client.arguments import (
     checked_argv,
-    checked_grace,
     checked_limits,
     checked_stdin,
 )
@@ -34,7 +31,14 @@ from openblox.client.launch import (
 )
 from openblox.client.limits import ExecLimits
 from openblox.client.postmortem import Fate
-from openblox.client.processes import ANSWER_BYTES, LOG_BYTES, Process, check_process_name
+from openblox.client.processes import (
+    ANSWER_BYTES,
+    LOG_BYTES,
+    Process,
+    Processes,
+    process_of,
+    processes_of,
+)
 from openblox.client.results import ExecResult
 from openblox.client.supervised import ExecStream, _SupervisedRun
 from openblox.denials import Denial, ExecOutcome, Policy, classify_exec, scratch_mounted_noexec
@@ -366,19 +370,17 @@ class Sandbox:
         command = background.start_arguments(
             name, argv, self.exec_limits.processes, env=env, cwd=cwd
         )
-        return Process.from_record(json.loads(self._control(command)))
+        return process_of(self._control(command), "start")
 
-    def processes(self) -> builtins.list[Process]:
-        """Every named background command this sandbox has run, running or ended."""
-        stdout = self._control(["ps"])
-        return [Process.from_record(json.loads(line)) for line in stdout.splitlines() if line]
+    def processes(self) -> Processes:
+        """Every named background command this sandbox has run, running or ended; `omitted`
+        counts what its state directory held besides (planted, or past the answer's bound)."""
+        return processes_of(self._control(["ps"]))
 
     def stop_process(self, name: str, *, grace: float = 2.0) -> Process:
         """SIGTERM the command's whole tree, SIGKILL what is left after `grace` seconds."""
-        check_process_name(name)
-        seconds = checked_grace(grace)
-        stdout = self._control(["stop", name, repr(seconds)], timeout=seconds + 30)
-        return Process.from_record(json.loads(stdout))
+        args, timeout = background.stop_arguments(name, grace)
+        return process_of(self._control(args, timeout), "stop")
 
     def logs(self, name: str, *, stream: str = "stdout", limit: int = LOG_BYTES) -> bytes:
         """The last `limit` bytes a background command wrote to `stream` (at most LOG_BYTES:
