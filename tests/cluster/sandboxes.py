@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import secrets
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import yaml
@@ -135,3 +137,37 @@ def admission_has(kube: Kube, *names: str) -> bool:
         return False
     data = json.loads(out.stdout).get("data") or {}
     return all(name in data for name in names)
+
+
+def client_role_kubeconfig(
+    kube: Kube, namespace: str, directory: Path, duration: str = "10m"
+) -> str:
+    """A kubeconfig with a bearer token of a ServiceAccount (`app`) holding only the
+    openblox-client role in `namespace`: a tenant, as the threat model has one."""
+    kube.kubectl("create", "serviceaccount", "app", "-n", namespace)
+    kube.kubectl(
+        "create",
+        "rolebinding",
+        "app",
+        "--clusterrole=openblox-client",
+        f"--serviceaccount={namespace}:app",
+        "-n",
+        namespace,
+    )
+    token = kube.kubectl("create", "token", "app", "-n", namespace, f"--duration={duration}").stdout
+    admin = yaml.safe_load(Path(kube.kubeconfig).read_text())
+    cluster = admin["clusters"][0]["cluster"]
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "c", "cluster": cluster}],
+        "users": [{"name": "app", "user": {"token": token.strip()}}],
+        "contexts": [
+            {"name": "app", "context": {"cluster": "c", "user": "app", "namespace": namespace}}
+        ],
+        "current-context": "app",
+    }
+    path = directory / "token.kubeconfig"
+    path.write_text(json.dumps(config))
+    assert base64.b64decode(cluster["certificate-authority-data"])  # the CA is checked
+    return str(path)

@@ -10,21 +10,18 @@ the admin's client certificate; bad input fails clearly and loses nothing runnin
 from __future__ import annotations
 
 import asyncio
-import base64
-import json
 import threading
 from collections.abc import Coroutine, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
-import yaml
 
 from openblox.client import AsyncClient, AsyncSandbox, InvalidArgument, SandboxGone
 from openblox.transport.errors import CredentialsError
 from tests.cluster.capacity import require_sandbox_room
 from tests.cluster.kube import Kube
-from tests.cluster.sandboxes import opted_in_namespace
+from tests.cluster.sandboxes import client_role_kubeconfig, opted_in_namespace
 
 pytestmark = pytest.mark.cluster
 
@@ -114,42 +111,11 @@ def test_async_stream_hands_output_over_as_it_comes(operator: Kube, async_ns: st
     assert code == 5
 
 
-def _token_kubeconfig(kube: Kube, namespace: str, directory: Path) -> str:
-    """A kubeconfig with a bearer token of a ServiceAccount holding only openblox-client."""
-    kube.kubectl("create", "serviceaccount", "app", "-n", namespace)
-    kube.kubectl(
-        "create",
-        "rolebinding",
-        "app",
-        "--clusterrole=openblox-client",
-        f"--serviceaccount={namespace}:app",
-        "-n",
-        namespace,
-    )
-    token = kube.kubectl("create", "token", "app", "-n", namespace, "--duration=10m").stdout
-    admin = yaml.safe_load(Path(kube.kubeconfig).read_text())
-    cluster = admin["clusters"][0]["cluster"]
-    config = {
-        "apiVersion": "v1",
-        "kind": "Config",
-        "clusters": [{"name": "c", "cluster": cluster}],
-        "users": [{"name": "app", "user": {"token": token.strip()}}],
-        "contexts": [
-            {"name": "app", "context": {"cluster": "c", "user": "app", "namespace": namespace}}
-        ],
-        "current-context": "app",
-    }
-    path = directory / "token.kubeconfig"
-    path.write_text(json.dumps(config))
-    assert base64.b64decode(cluster["certificate-authority-data"])  # the CA is checked
-    return str(path)
-
-
 def test_a_bearer_token_with_the_client_role_is_enough(
     operator: Kube, async_ns: str, tmp_path: Path
 ) -> None:
     require_sandbox_room(operator, "code-exec")
-    kubeconfig = _token_kubeconfig(operator, async_ns, tmp_path)
+    kubeconfig = client_role_kubeconfig(operator, async_ns, tmp_path)
 
     async def scenario() -> tuple[str, bytes, int]:
         async with (

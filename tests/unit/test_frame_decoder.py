@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from openblox.client.errors import ExecTransportError
+from openblox.client.errors import ExecTransportError, OutputLimitExceeded
 from openblox.client.supervised import _FrameDecoder, _supervisor_missing
 
 VERDICT = {"exit_code": 0, "timed_out": False, "truncated": False, "signal": None}
@@ -53,9 +53,14 @@ def test_anything_but_the_supervisors_framing_is_a_transport_error(raw: bytes) -
 
 
 def test_the_cap_holds_on_the_client_side_too() -> None:
+    """The supervisor cuts at the cap: output past it was forged into the stream, and the
+    reading stops there with what came within the cap."""
     decoder = _FrameDecoder(cap=4)
-    list(decoder.feed(frame(b"O", b"abc") + frame(b"O", b"def")))
-    assert bytes(decoder.stdout) == b"abcd" and decoder.over_cap
+    with pytest.raises(OutputLimitExceeded, match="went past 4 bytes") as raised:
+        list(decoder.feed(frame(b"O", b"abc") + frame(b"O", b"def")))
+    assert bytes(decoder.stdout) == b"abc"
+    assert raised.value.limit == 4
+    assert isinstance(raised.value, ExecTransportError)
 
 
 def test_fallback_only_when_nothing_at_all_came_from_the_native_supervisor() -> None:

@@ -101,7 +101,8 @@ PURE_MODULES = {
     ),
     # The transport's I/O-free core, which an asyncio transport builds on as well.
     "transport/errors.py": (),
-    "transport/frames.py": (),
+    # ExecOutput refuses a channel past its limit with the transport's own error.
+    "transport/frames.py": ("openblox.transport.errors",),
     "transport/rest.py": TRANSPORT_CORE,
     "transport/credentials.py": ("openblox.timestamps", *TRANSPORT_CORE),
     # The client's pure parts: why an exec broke, when a Sandbox is ready, its limits.

@@ -16,6 +16,7 @@ from enum import Enum
 from pathlib import Path
 
 from openblox import names
+from openblox.client import background, processes
 
 PACKAGE = Path(__file__).parents[2] / "operator" / "openblox"
 GUEST = PACKAGE / "guest"
@@ -172,6 +173,10 @@ def _guest_constant(module: str, name: str) -> object:
 
 def test_the_guests_copies_equal_names_py() -> None:
     assert _guest_constant("supervisor.py", "STATE_DIR") == f"{names.STATE_DIR}/processes"
+    # The supervisor's bound on its answers and its exit codes, as the client reads them.
+    assert _guest_constant("supervisor.py", "ANSWER_BYTES") == processes.ANSWER_BYTES
+    assert _guest_constant("supervisor.py", "NO_SUCH_PROCESS") == background.NO_SUCH_PROCESS
+    assert _guest_constant("supervisor.py", "DAMAGED") == background.DAMAGED
     assert _guest_constant("probe.py", "WRITABLE_PLACES") == (
         names.STATE_DIR,
         names.TMP_DIR,

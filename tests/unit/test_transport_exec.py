@@ -8,7 +8,7 @@ import asyncio
 import socket
 import threading
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterable, Iterator
 
 import pytest
 import websocket
@@ -20,7 +20,7 @@ FRAMES = [Frame(STDOUT, b"out"), Frame(STDERR, b"err"), Frame(3, b'{"status": "S
 
 
 class FakeSocket(ExecSocket):
-    def __init__(self, frames: list[Frame], then: Exception | None = None) -> None:
+    def __init__(self, frames: Iterable[Frame], then: Exception | None = None) -> None:
         self._frames, self._then, self.closed = frames, then, False
 
     def frames(self, deadline: float) -> Iterator[Frame]:
@@ -33,7 +33,7 @@ class FakeSocket(ExecSocket):
 
 
 class FakeAsyncSocket(AsyncExecSocket):
-    def __init__(self, frames: list[Frame], then: Exception | None = None) -> None:
+    def __init__(self, frames: Iterable[Frame], then: Exception | None = None) -> None:
         self._frames, self._then, self.closed = frames, then, False
 
     async def frames(self, deadline: float) -> AsyncIterator[Frame]:

@@ -158,10 +158,20 @@ class ProcessInfo(BaseModel):
     started: bool | None = Field(
         default=None, description="From start_process: False if it was already running"
     )
+    unreadable: str | None = Field(
+        default=None,
+        description="Why part of its record in the sandbox could not be read (something in "
+        "the sandbox changed it); its name and running state still hold",
+    )
 
 
 class ProcessList(BaseModel):
     processes: list[ProcessInfo]
+    omitted: int = Field(
+        default=0,
+        description="Entries of the sandbox's process state left out: not a command started "
+        "here, or past the bound of the answer",
+    )
 
 
 class ProcessLogs(BaseModel):

@@ -205,7 +205,8 @@ def build_server(session: SandboxSession) -> MCPServer[None]:
     @tool("List the session's background commands, running or ended.", READ_ONLY)
     async def list_processes() -> ProcessList:
         processes = await call(lambda: session.sandbox().processes())
-        return ProcessList(processes=[process_info(p.to_dict()) for p in processes])
+        listed = [process_info(p.to_dict()) for p in processes]
+        return ProcessList(processes=listed, omitted=processes.omitted)
 
     @tool(
         "Stop a background command and everything it started (TERM, then KILL after 2 s).",

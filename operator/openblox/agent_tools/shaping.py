@@ -155,6 +155,7 @@ def process_info(record: Mapping[str, Any], started: bool | None = None) -> Proc
         ended_at=record.get("endedAt"),
         stopped=bool(record.get("stopped")),
         started=started,
+        unreadable=record.get("unreadable"),
     )
 
 

@@ -180,6 +180,8 @@ def cmd_start(client: Client, args: argparse.Namespace) -> int:
 
 def cmd_ps(client: Client, args: argparse.Namespace) -> int:
     processes = client.get(args.name).processes()
+    for note in processes.notes():  # on stderr, so stdout keeps its shape
+        print(f"openblox: {note}", file=sys.stderr)
     if args.json:
         print(json.dumps([p.to_dict() for p in processes]))
         return 0

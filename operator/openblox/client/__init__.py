@@ -13,13 +13,15 @@ from openblox.client.errors import (
     FileOperationError,
     InvalidArgument,
     OpenbloxClientError,
+    OutputLimitExceeded,
     ProcessNotFound,
+    ProcessRecordDamaged,
     SandboxGone,
     SandboxNotReady,
     SandboxTimeout,
 )
 from openblox.client.limits import ExecLimits
-from openblox.client.processes import Process
+from openblox.client.processes import Process, Processes
 from openblox.client.results import ExecResult
 from openblox.client.supervised import ExecStream, OutputChunk
 from openblox.client.sync import Client, Sandbox
@@ -43,8 +45,11 @@ __all__ = [
     "InvalidArgument",
     "OpenbloxClientError",
     "OutputChunk",
+    "OutputLimitExceeded",
     "Process",
     "ProcessNotFound",
+    "ProcessRecordDamaged",
+    "Processes",
     "Sandbox",
     "SandboxGone",
     "SandboxNotReady",

@@ -11,11 +11,12 @@ import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 
-from openblox.client.background import control_errors, control_output
+from openblox.client.background import control_accumulator, control_errors, control_output
 from openblox.client.cluster import SYSTEM_NAMESPACE, sandboxes_path
 from openblox.client.errors import ExecTransportError, SandboxGone
 from openblox.client.launch import SUPERVISOR_ARGV
 from openblox.client.postmortem import denial_records
+from openblox.client.processes import ANSWER_BYTES
 from openblox.denials import Denial
 from openblox.names import CONTAINER_NAME, Reason
 from openblox.transport import ExecStreamError, Gone, NotFound, Session, path
@@ -119,12 +120,19 @@ class AsyncCluster:
             raise ExecTransportError(str(error), error.status_code) from error
 
     async def control(
-        self, namespace: str, pod: str, args: Sequence[str], timeout: float = 30.0
+        self,
+        namespace: str,
+        pod: str,
+        args: Sequence[str],
+        timeout: float = 30.0,
+        *,
+        answer: int = ANSWER_BYTES,
     ) -> bytes:
         """One of the supervisor's own modes, run directly: `background.control`'s twin."""
         socket = await self.open_exec(
             namespace, pod, [*SUPERVISOR_ARGV, *args], stdin=False, timeout=timeout
         )
+        output = control_accumulator(answer)
         with control_errors(args[0], timeout):
-            output = await socket.read_to_end(time.monotonic() + timeout)
+            await socket.read_to_end(time.monotonic() + timeout, output)
         return control_output(args[0], output)

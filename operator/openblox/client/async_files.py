@@ -7,12 +7,11 @@ why the handle's helper runner may run one again after its stream broke.
 from __future__ import annotations
 
 import builtins
-import json
 from collections.abc import AsyncIterator
 from typing import Any, Protocol
 
 from openblox.client.errors import FileOperationError
-from openblox.client.files import DEFAULT_READ_LIMIT
+from openblox.client.files import DEFAULT_READ_LIMIT, listing_of
 from openblox.client.results import ExecResult
 from openblox.names import WORKSPACE_DIR
 
@@ -46,8 +45,7 @@ class AsyncFiles:
         return result.stdout
 
     async def list(self, path: str = WORKSPACE_DIR) -> builtins.list[dict[str, Any]]:
-        result = self._check(await self._helper("list", path), path)
-        return [json.loads(line) for line in result.stdout.splitlines() if line]
+        return listing_of(self._check(await self._helper("list", path), path), path)
 
     async def remove(self, path: str) -> None:
         self._check(await self._helper("remove", path), path)

@@ -9,8 +9,6 @@ denial classifier for what it ran into. Execs go through `async_cluster`.
 from __future__ import annotations
 
 import asyncio
-import builtins
-import json
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
@@ -22,8 +20,6 @@ import aiohttp
 from openblox.client import background, postmortem
 from openblox.client.arguments import (
     checked_argv,
-    checked_byte_count,
-    checked_grace,
     checked_limits,
     checked_port,
     checked_stdin,
@@ -34,7 +30,6 @@ from openblox.client.async_files import AsyncFiles
 from openblox.client.async_supervised import AsyncExecStream, _AsyncSupervisedRun
 from openblox.client.errors import (
     ExecTransportError,
-    InvalidArgument,
     SandboxGone,
     SandboxNotReady,
 )
@@ -56,7 +51,14 @@ from openblox.client.preview import (
     secret_unreadable,
     signed_url,
 )
-from openblox.client.processes import LOG_BYTES, Process, check_process_name
+from openblox.client.processes import (
+    ANSWER_BYTES,
+    LOG_BYTES,
+    Process,
+    Processes,
+    process_of,
+    processes_of,
+)
 from openblox.client.results import ExecResult
 from openblox.denials import Denial, ExecOutcome, Policy, classify_exec, scratch_mounted_noexec
 from openblox.names import ANNOTATION_LAST_ACTIVITY, Reason
@@ -371,25 +373,21 @@ class AsyncSandbox:
         command = background.start_arguments(
             name, argv, self.exec_limits.processes, env=env, cwd=cwd
         )
-        return Process.from_record(json.loads(await self._control(command)))
+        return process_of(await self._control(command), "start")
 
-    async def processes(self) -> builtins.list[Process]:
-        stdout = await self._control(["ps"])
-        return [Process.from_record(json.loads(line)) for line in stdout.splitlines() if line]
+    async def processes(self) -> Processes:
+        return processes_of(await self._control(["ps"]))
 
     async def stop_process(self, name: str, *, grace: float = 2.0) -> Process:
-        check_process_name(name)
-        seconds = checked_grace(grace)
-        stdout = await self._control(["stop", name, repr(seconds)], timeout=seconds + 30)
-        return Process.from_record(json.loads(stdout))
+        args, timeout = background.stop_arguments(name, grace)
+        return process_of(await self._control(args, timeout), "stop")
 
     async def logs(self, name: str, *, stream: str = "stdout", limit: int = LOG_BYTES) -> bytes:
-        check_process_name(name)
-        if stream not in ("stdout", "stderr"):
-            raise InvalidArgument(f"stream must be 'stdout' or 'stderr', not {stream!r}")
-        count = checked_byte_count("limit", limit)
-        return await self._control(["logs", name, stream, str(count)])
+        args, answer = background.logs_arguments(name, stream, limit)
+        return await self._control(args, answer=answer)
 
-    async def _control(self, args: Sequence[str], timeout: float = 30.0) -> bytes:
+    async def _control(
+        self, args: Sequence[str], timeout: float = 30.0, answer: int = ANSWER_BYTES
+    ) -> bytes:
         await self._record_activity()
-        return await self._cluster.control(self.namespace, self.pod, args, timeout)
+        return await self._cluster.control(self.namespace, self.pod, args, timeout, answer=answer)

@@ -15,16 +15,17 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from datetime import datetime
 from typing import Any, NoReturn
 
-from openblox.client.errors import ExecTransportError
+from openblox.client.errors import stream_error
 from openblox.client.results import ExecResult
 from openblox.client.supervised import (
     OutputChunk,
     _FrameDecoder,
     _RunParts,
     _supervisor_missing,
+    supervised_output,
 )
 from openblox.denials import ExecOutcome
-from openblox.transport import ExecOutput, ExecStreamError
+from openblox.transport import ExecStreamError
 from openblox.transport.aio_exec import AsyncExecSocket
 
 # The twins of `supervised.ResultMaker` and `supervised.BrokenHandler`, as coroutines.
@@ -78,9 +79,7 @@ class _AsyncSupervisedRun(_RunParts):
     async def chunks(self, keep: bool = True) -> AsyncIterator[OutputChunk]:
         self._decoder.keep = keep
         while True:
-            # Stdout carries the supervisor's frames, decoded as they come (not kept
-            # twice); stderr is what the exec said outside them, for the post-mortem.
-            output = ExecOutput(keep_stdout=0)
+            output = supervised_output()
             try:
                 async for frame in self._socket.frames(self._deadline()):
                     if stdout := output.feed(frame):
@@ -90,7 +89,7 @@ class _AsyncSupervisedRun(_RunParts):
                 await self._finish(self._timed_out())
                 return
             except ExecStreamError as error:
-                raise ExecTransportError(str(error), error.status_code) from error
+                raise stream_error(error, "the exec") from error
             finally:
                 await self.close()
             verdict = self._decoder.verdict

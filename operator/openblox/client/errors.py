@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from openblox.denials import Denial
+from openblox.transport import ExecOutputTooLarge, ExecStreamError
 
 
 class OpenbloxClientError(Exception):
@@ -57,6 +58,28 @@ class ExecTransportError(OpenbloxClientError):
         self.status_code = status_code
 
 
+class OutputLimitExceeded(ExecTransportError):
+    """More came back from the sandbox than the call accepts: past the exec's output cap, or
+    past the bound of an answer (`processes`, `logs`, ...). The client stopped reading there
+    and closed the stream, so its memory and time stay bounded. The supervisor never sends
+    that much; code in the sandbox writing into the stream around it does, so what the
+    command did is unknown. `limit` is the bound in bytes."""
+
+    def __init__(self, what: str, limit: int) -> None:
+        super().__init__(
+            f"{what} went past {limit} bytes, so the client stopped reading and closed the "
+            "stream (the supervisor never sends that much: code in the sandbox wrote into it)"
+        )
+        self.limit = limit
+
+
+class ProcessRecordDamaged(OpenbloxClientError):
+    """What the sandbox holds for a background command is not what its keeper wrote: a
+    link, a file that is not a regular file, or one past its size bound. Code in the
+    sandbox changed it (it can write there); nothing there was followed or read past its
+    bound, and the message says what was found."""
+
+
 class FileOperationError(OpenbloxClientError):
     """A file operation inside the sandbox failed; the message names the path and why."""
 
@@ -72,6 +95,14 @@ class InvalidArgument(OpenbloxClientError, ValueError):
 class ProcessNotFound(OpenbloxClientError, LookupError):
     """No background command by that name was ever started in this sandbox (or its pod
     was replaced since, which loses them)."""
+
+
+def stream_error(error: ExecStreamError, what: str) -> ExecTransportError:
+    """The client's error for an exec stream that broke, or that carried more than its
+    reader accepts (`what` names the stream: "the exec", "the answer to ps")."""
+    if isinstance(error, ExecOutputTooLarge):
+        return OutputLimitExceeded(f"{what}'s {error.channel}", error.limit)
+    return ExecTransportError(str(error), error.status_code)
 
 
 def denial_of(error: BaseException) -> Denial | None:

@@ -20,6 +20,24 @@ from openblox.names import WORKSPACE_DIR
 DEFAULT_READ_LIMIT = 256 * 1024 * 1024
 
 
+def listing_of(result: ExecResult, path: str) -> builtins.list[dict[str, Any]]:
+    """The helper's listing, a JSON object a line. One cut at the output cap, or holding
+    anything else, is refused with the path, never half-read or guessed at."""
+    if result.truncated:
+        raise FileOperationError(path, "the listing is longer than the output cap")
+    entries = []
+    for line in result.stdout.splitlines():
+        try:
+            entry = json.loads(line) if line else {}
+        except (ValueError, RecursionError):
+            entry = None
+        if not isinstance(entry, dict):
+            raise FileOperationError(path, "the listing is malformed")
+        if entry:
+            entries.append(entry)
+    return entries
+
+
 class HelperRunner(Protocol):
     def __call__(
         self, operation: str, *args: str, stdin: bytes | None = ..., output_limit: int | None = ...
@@ -49,8 +67,7 @@ class Files:
         return result.stdout
 
     def list(self, path: str = WORKSPACE_DIR) -> builtins.list[dict[str, Any]]:
-        result = self._check(self._helper("list", path), path)
-        return [json.loads(line) for line in result.stdout.splitlines() if line]
+        return listing_of(self._check(self._helper("list", path), path), path)
 
     def remove(self, path: str) -> None:
         self._check(self._helper("remove", path), path)

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import builtins
 import http.client
-import json
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -15,15 +13,12 @@ from typing import Any, NoReturn
 from openblox.client import background, postmortem
 from openblox.client.arguments import (
     checked_argv,
-    checked_byte_count,
-    checked_grace,
     checked_limits,
     checked_stdin,
 )
 from openblox.client.cluster import Cluster
 from openblox.client.errors import (
     ExecTransportError,
-    InvalidArgument,
     SandboxGone,
     SandboxNotReady,
 )
@@ -36,7 +31,14 @@ from openblox.client.launch import (
 )
 from openblox.client.limits import ExecLimits
 from openblox.client.postmortem import Fate
-from openblox.client.processes import LOG_BYTES, Process, check_process_name
+from openblox.client.processes import (
+    ANSWER_BYTES,
+    LOG_BYTES,
+    Process,
+    Processes,
+    process_of,
+    processes_of,
+)
 from openblox.client.results import ExecResult
 from openblox.client.supervised import ExecStream, _SupervisedRun
 from openblox.denials import Denial, ExecOutcome, Policy, classify_exec, scratch_mounted_noexec
@@ -368,27 +370,28 @@ class Sandbox:
         command = background.start_arguments(
             name, argv, self.exec_limits.processes, env=env, cwd=cwd
         )
-        return Process.from_record(json.loads(self._control(command)))
+        return process_of(self._control(command), "start")
 
-    def processes(self) -> builtins.list[Process]:
-        """Every named background command this sandbox has run, running or ended."""
-        stdout = self._control(["ps"])
-        return [Process.from_record(json.loads(line)) for line in stdout.splitlines() if line]
+    def processes(self) -> Processes:
+        """Every named background command this sandbox has run, running or ended; `omitted`
+        counts what its state directory held besides (planted, or past the answer's bound)."""
+        return processes_of(self._control(["ps"]))
 
     def stop_process(self, name: str, *, grace: float = 2.0) -> Process:
         """SIGTERM the command's whole tree, SIGKILL what is left after `grace` seconds."""
-        check_process_name(name)
-        seconds = checked_grace(grace)
-        stdout = self._control(["stop", name, repr(seconds)], timeout=seconds + 30)
-        return Process.from_record(json.loads(stdout))
+        args, timeout = background.stop_arguments(name, grace)
+        return process_of(self._control(args, timeout), "stop")
 
     def logs(self, name: str, *, stream: str = "stdout", limit: int = LOG_BYTES) -> bytes:
-        """The last `limit` bytes a background command wrote to `stream`."""
-        check_process_name(name)
-        if stream not in ("stdout", "stderr"):
-            raise InvalidArgument(f"stream must be 'stdout' or 'stderr', not {stream!r}")
-        return self._control(["logs", name, stream, str(checked_byte_count("limit", limit))])
+        """The last `limit` bytes a background command wrote to `stream` (at most LOG_BYTES:
+        the sandbox keeps no more)."""
+        args, answer = background.logs_arguments(name, stream, limit)
+        return self._control(args, answer=answer)
 
-    def _control(self, args: Sequence[str], timeout: float = 30.0) -> bytes:
+    def _control(
+        self, args: Sequence[str], timeout: float = 30.0, answer: int = ANSWER_BYTES
+    ) -> bytes:
         self._record_activity()
-        return background.control(self._cluster, self.namespace, self.pod, args, timeout)
+        return background.control(
+            self._cluster, self.namespace, self.pod, args, timeout, answer=answer
+        )

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, NoReturn
 
-from openblox.client.errors import ExecTransportError
+from openblox.client.errors import ExecTransportError, OutputLimitExceeded, stream_error
 from openblox.client.results import ExecResult
 from openblox.denials import ExecOutcome
 from openblox.transport import ExecOutput, ExecSocket, ExecStreamError
@@ -23,6 +23,9 @@ BrokenHandler = Callable[[bytes, bytearray, datetime], NoReturn]
 
 # How long past the command's own timeout the supervisor may take to report.
 EXEC_GRACE_SECONDS = 10.0
+# The supervisor's own stderr, outside its frames: a traceback at most (the command's
+# stderr travels framed, on stdout). More than this is refused, and the read stops.
+SUPERVISOR_STDERR_BYTES = 64 * 1024
 
 
 @dataclass(frozen=True)
@@ -72,7 +75,7 @@ class _RunParts:
         return self._outcome(
             int(verdict["exit_code"]),
             timed_out=bool(verdict["timed_out"]),
-            truncated=bool(verdict["truncated"]) or self._decoder.over_cap,
+            truncated=bool(verdict["truncated"]),
             # 0: the command exited; None: a supervisor too old to say.
             signal=int(verdict["signal"] or 0) if "signal" in verdict else None,
         )
@@ -133,9 +136,7 @@ class _SupervisedRun(_RunParts):
     def chunks(self, keep: bool = True) -> Iterator[OutputChunk]:
         self._decoder.keep = keep
         while True:
-            # Stdout carries the supervisor's frames, decoded as they come (not kept
-            # twice); stderr is what the exec said outside them, for the post-mortem.
-            output = ExecOutput(keep_stdout=0)
+            output = supervised_output()
             try:
                 for frame in self._socket.frames(self._deadline()):
                     if stdout := output.feed(frame):
@@ -144,7 +145,7 @@ class _SupervisedRun(_RunParts):
                 self._finish(self._timed_out())
                 return
             except ExecStreamError as error:
-                raise ExecTransportError(str(error), error.status_code) from error
+                raise stream_error(error, "the exec") from error
             finally:
                 self._socket.close()
             verdict = self._decoder.verdict
@@ -188,6 +189,17 @@ class ExecStream:
         return self._run.result
 
 
+def supervised_output() -> ExecOutput:
+    """The accumulator of a supervised exec. Stdout carries the supervisor's frames, which
+    the decoder takes as they come (not kept twice, and bounded by the cap); stderr is what
+    the exec said outside them, kept for the post-mortem and bounded."""
+    return ExecOutput(
+        keep_stdout=0,
+        keep_stderr=SUPERVISOR_STDERR_BYTES,
+        limit_stderr=SUPERVISOR_STDERR_BYTES,
+    )
+
+
 def _supervisor_missing(status: bytes, decoder: _FrameDecoder) -> bool:
     """Whether the exec failed before anything ran because the supervisor was not there
     (or not executable): the runtime says so in the exec's final Status."""
@@ -222,6 +234,19 @@ _STREAM_TAIL = 64 * 1024
 _TAGS = (b"O", b"E", b"R", b"S")
 # The supervisors read 64 KiB at a time; a verdict is a few dozen bytes.
 _MAX_FRAME = 1 << 20
+_MAX_VERDICT = 4096
+
+
+def _well_formed(tag: bytes, length: int, frames: int, ended: bool) -> bool:
+    """Whether a frame is one the supervisor sends: a known tag; nothing after the verdict;
+    "started" first and empty; output never empty, so the cap bounds the frames too."""
+    if tag not in _TAGS or ended:
+        return False
+    if tag == b"S":
+        return frames == 0 and length == 0
+    if tag == b"R":
+        return length <= _MAX_VERDICT
+    return 0 < length <= _MAX_FRAME
 
 
 def _verdict(payload: bytes) -> dict[str, Any]:
@@ -229,7 +254,7 @@ def _verdict(payload: bytes) -> dict[str, Any]:
     used to pass here and then fail with a KeyError)."""
     try:
         verdict = json.loads(payload)
-    except ValueError:
+    except (ValueError, RecursionError):
         verdict = None
     if not (
         isinstance(verdict, dict)
@@ -250,42 +275,43 @@ class _FrameDecoder:
     """Splits the supervisor's framed stdout into the command's stdout, stderr and verdict.
 
     The cap is enforced here as well as in the sandbox: the supervisor shares a uid with
-    the code it runs, so its framing is a convenience, not a boundary.
+    the code it runs, so its framing is a convenience, not a boundary. The supervisor cuts
+    the output at the cap, so output past it was written into the stream by something
+    else: the decoder raises OutputLimitExceeded there, and the reader stops and closes.
+    With every frame checked (`_well_formed`), what is read is bounded by the cap too.
     """
 
     def __init__(self, cap: int, keep: bool = True) -> None:
         self._buffer = bytearray()
         self._cap = cap
+        self._frames = 0
         self.raw_bytes = 0
         self.received = 0
         self.keep = keep
         self.stdout = bytearray()
         self.stderr = bytearray()
         self.verdict: dict[str, Any] | None = None
-        self.over_cap = False
 
     def feed(self, data: bytes) -> Iterator[OutputChunk]:
         self.raw_bytes += len(data)
         self._buffer += data
         while len(self._buffer) >= 5:
             tag, length = bytes(self._buffer[0:1]), int.from_bytes(self._buffer[1:5], "big")
-            if tag not in _TAGS or length > _MAX_FRAME:
+            if not _well_formed(tag, length, self._frames, self.verdict is not None):
                 # Not the supervisor's framing: never guess at what the bytes meant.
                 raise ExecTransportError(f"the exec supervisor's output is malformed ({tag!r})")
             if len(self._buffer) < 5 + length:
                 return
             payload = bytes(self._buffer[5 : 5 + length])
             del self._buffer[: 5 + length]
+            self._frames += 1
             if tag == b"S":
                 continue
             if tag == b"R":
                 self.verdict = _verdict(payload)
                 continue
-            room = self._cap - self.received
-            if len(payload) > room:
-                payload, self.over_cap = payload[: max(room, 0)], True
-            if not payload:
-                continue
+            if len(payload) > self._cap - self.received:
+                raise OutputLimitExceeded("the command's output", self._cap)
             self.received += len(payload)
             target = self.stdout if tag == b"O" else self.stderr
             target += payload

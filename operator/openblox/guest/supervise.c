@@ -198,6 +198,14 @@ static void usage(void) {
 }
 
 int main(int argc, char **argv) {
+    /* The first act, before anything else: not dumpable. The command runs as this uid, and
+     * a process of that uid may open /proc/<pid>/fd/1 or fd/2 of a dumpable process: it
+     * could write forged frames or a forged verdict into this supervisor's stream, or flood
+     * its stderr. Not dumpable, /proc/<pid> of this process is owned by root and closed to
+     * it (ptrace too). What came before this line (the exec itself) it cannot cover; the
+     * client bounds and checks whatever reaches the stream. It can still kill this process;
+     * the caller's deadline and output cap hold regardless. */
+    prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
     if (argc < 8 || strcmp(argv[1], "run") != 0) usage();
     double deadline = now() + strtod(argv[2], NULL);
     long cap = strtol(argv[3], NULL, 10), nproc = strtol(argv[4], NULL, 10);
@@ -211,11 +219,8 @@ int main(int argc, char **argv) {
     }
     if (i + 1 >= argc) usage();
     char **command = &argv[i + 1];
-    /* Not dumpable: the command (same uid) cannot open /proc/<this>/fd/1 to forge frames,
-     * nor ptrace this process. It can still kill it; the caller's deadline and output
-     * cap hold regardless. */
+    /* A subreaper: whatever the command forks stays a descendant, to be ended with it. */
     prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
-    prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
     signal(SIGPIPE, SIG_IGN);
     /* "Started", before the command exists: the client then knows this binary ran and
      * never falls back to running the command again under the Python supervisor. */

@@ -12,6 +12,9 @@ Modes:
   stop NAME GRACE                                        end a named command's tree
   logs NAME STREAM LIMIT                                 the tail of its stdout/stderr
 
+The last four read a state directory the guest can write, so they trust and follow
+nothing there (see "background commands" below).
+
 Every guest command gets, before it starts: a syscall filter (no new namespaces, no
 mounts, no BPF/perf/userfaultfd/keyrings; clone3 answers ENOSYS so glibc falls back to
 clone, whose flags the filter can read), no_new_privs, and RLIMIT_NPROC set to the
@@ -30,17 +33,31 @@ and a guest program cannot import a sibling module.
 from __future__ import annotations
 
 import ctypes
+
+# The first act in every mode, before anything else: not dumpable (PR_SET_DUMPABLE, 0). The
+# guest runs as this uid, and a process of that uid may open /proc/<pid>/fd/1 or fd/2 of a
+# dumpable process: through them it could write a forged frame or verdict into this
+# supervisor's stream, or a flood into its stderr. A process that is not dumpable has its
+# /proc/<pid> entries owned by root, closed to the guest. It cannot cover the interpreter's
+# start-up before this line; what holds whatever reaches the stream is the client, which
+# bounds and checks it all (THREAT_MODEL.md, "What comes back to the caller"). The keeper
+# `start` forks inherits it (a fork keeps it); only the command's own execve resets it.
+PR_SET_DUMPABLE = 4
+if __name__ == "__main__":
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
+
 import os
 import select
+import stat
 import sys
 import time
 
 # `typing` alone costs ~25 ms to import inside gVisor, on every exec: types only.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from typing import Any, NoReturn
 
-PR_SET_DUMPABLE = 4
 PR_SET_SECCOMP = 22
 PR_SET_CHILD_SUBREAPER = 36
 PR_SET_NO_NEW_PRIVS = 38
@@ -50,6 +67,7 @@ SIGKILL = 9
 SIGTERM = 15
 EPERM = 1
 ENOSYS = 38
+ELOOP = 40
 CHUNK = 65536
 # Under names.py's STATE_DIR (a copy, held to it by tests/unit/test_names.py).
 STATE_DIR = "/run/openblox/processes"
@@ -166,11 +184,14 @@ def exec_confined(
         os._exit(126)
 
 
-def frame(tag: bytes, data: bytes) -> None:
-    view = memoryview(tag + len(data).to_bytes(4, "big") + data)
+def write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
     while view:
-        written = os.write(1, view)
-        view = view[written:]
+        view = view[os.write(fd, view) :]
+
+
+def frame(tag: bytes, data: bytes) -> None:
+    write_all(1, tag + len(data).to_bytes(4, "big") + data)
 
 
 def descendants(root: int) -> list[int]:
@@ -251,10 +272,11 @@ def exit_code_of(status: int | None) -> tuple[int, int | None]:
     return os.WEXITSTATUS(status), None
 
 
-def libc_with_prctl(*options: int) -> ctypes.CDLL:
+def subreaper_libc() -> ctypes.CDLL:
+    """libc, once this process is a child subreaper: whatever its command forks (setsid,
+    double forks) stays its descendant, to be ended with it."""
     libc = ctypes.CDLL(None, use_errno=True)
-    for option in options:
-        libc.prctl(option, 1 if option != PR_SET_DUMPABLE else 0, 0, 0, 0)
+    libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
     return libc
 
 
@@ -262,10 +284,10 @@ def run(args: list[str]) -> None:
     timeout, cap, nproc, cwd = float(args[0]), int(args[1]), int(args[2]), args[3]
     env, argv = split_command(args[4:])
     deadline = time.monotonic() + timeout
-    # Not dumpable: the command (same uid) cannot open /proc/<this>/fd/1 to forge frames,
-    # nor ptrace this process. It can still kill it; the caller's own deadline and
-    # output cap hold regardless.
-    libc = libc_with_prctl(PR_SET_CHILD_SUBREAPER, PR_SET_DUMPABLE)
+    # Not dumpable since its first line, so the command (same uid) cannot open
+    # /proc/<this>/fd/1 to forge frames. It can still kill this process; the caller's own
+    # deadline and output cap hold regardless.
+    libc = subreaper_libc()
     out_r, out_w = os.pipe()
     err_r, err_w = os.pipe()
     pid = os.fork()
@@ -348,6 +370,244 @@ def relay_output(
 
 
 # ---------------------------------------------------------------- background commands
+#
+# Each named command has a directory under STATE_DIR, and the guest can write there: it may
+# plant links, FIFOs, huge or malformed records. So nothing there is trusted or followed.
+# Every file is opened relative to a directory descriptor with O_NOFOLLOW; only regular
+# files are read, and only up to a bound; every field read back is checked before it is
+# passed on, and the answer to the caller is bounded; no pid read from a record is ever
+# signalled (stop asks the keeper, and the keeper signals only its own descendants).
+
+# Copies of the client's (client/processes.py, client/background.py), held equal to them
+# by tests/unit/test_names.py: the bound on an answer, and two exit codes it acts on.
+ANSWER_BYTES = 1048576  # 1 MiB
+NO_SUCH_PROCESS = 3
+DAMAGED = 5
+# `stop`'s exit code when the keeper did not end within the grace (its message says so).
+NOT_STOPPED = 6
+# What a keeper writes in a record (meta, exit, stop) is far smaller; a larger one was planted.
+RECORD_BYTES = 64 * 1024
+# `ps` looks at no more entries of the state directory than this.
+MAX_ENTRIES = 1024
+# Room kept at the end of `ps`'s answer for the line that counts what it left out.
+TRAILER_BYTES = 64
+# Linux's PID_MAX_LIMIT: a record naming a pid outside (1, PID_MAX) was not a keeper's.
+PID_MAX = 1 << 22
+DEFAULT_GRACE = 2.0
+OPEN_DIRECTORY = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+# O_NONBLOCK: a FIFO planted under a file's name cannot hang the open.
+OPEN_FILE = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+CREATE_FILE = os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+class Damaged(Exception):
+    """What the state directory holds is not what a keeper wrote: refused, never followed."""
+
+
+def valid_name(name: str) -> bool:
+    """The client's rule for a process name (client/processes.py), without importing `re`."""
+    allowed = "abcdefghijklmnopqrstuvwxyz0123456789._-"
+    return (
+        0 < len(name) <= 63
+        and all(character in allowed for character in name)
+        and name[0] not in "._-"
+        and name[-1] not in "._-"
+        and ".." not in name
+    )
+
+
+def state_directory(create: bool = False) -> int:
+    """STATE_DIR, opened without following a link put in its place. Its parent is the
+    volume's mount point, on the read-only root: nothing in the sandbox can move it."""
+    parent, _, leaf = STATE_DIR.rpartition("/")
+    base = os.open(parent, OPEN_DIRECTORY)
+    try:
+        if create:
+            try:
+                os.mkdir(leaf, 0o700, dir_fd=base)
+            except FileExistsError:
+                pass
+        return open_directory(base, leaf)
+    finally:
+        os.close(base)
+
+
+def open_directory(parent: int, name: str) -> int:
+    try:
+        return os.open(name, OPEN_DIRECTORY, dir_fd=parent)
+    except FileNotFoundError:
+        raise
+    except OSError as error:
+        raise Damaged(f"{name} {refusal(parent, name, error, 'is not a directory')}") from None
+
+
+def refusal(parent: int, name: str, error: OSError, otherwise: str) -> str:
+    """Why an open refused `name`: a link stood there (O_NOFOLLOW), or `otherwise`."""
+    try:
+        link = stat.S_ISLNK(os.stat(name, dir_fd=parent, follow_symlinks=False).st_mode)
+    except OSError:
+        link = False
+    if link or error.errno == ELOOP:
+        return "is a symbolic link"
+    return f"{otherwise} ({error.strerror})"
+
+
+def open_regular(directory: int, name: str, flags: int = OPEN_FILE) -> int:
+    """`name` in `directory` if it is a regular file, never through a link; else Damaged
+    (FileNotFoundError, without O_CREAT, when there is none)."""
+    try:
+        fd = os.open(name, flags, 0o600, dir_fd=directory)
+    except FileNotFoundError:
+        raise
+    except OSError as error:  # EEXIST: planted between the unlink and the create
+        raise Damaged(f"{name} {refusal(directory, name, error, 'cannot be used')}") from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise Damaged(f"{name} is not a regular file")
+    return fd
+
+
+def read_at(fd: int, offset: int, count: int) -> bytes:
+    """At most `count` bytes from `offset`, however the file grows meanwhile."""
+    chunks = []
+    while count > 0:
+        data = os.pread(fd, min(count, CHUNK), offset)
+        if not data:
+            break
+        chunks.append(data)
+        offset += len(data)
+        count -= len(data)
+    return b"".join(chunks)
+
+
+def read_record(directory: int, name: str) -> bytes:
+    fd = open_regular(directory, name)
+    try:
+        data = read_at(fd, 0, RECORD_BYTES + 1)
+    finally:
+        os.close(fd)
+    if len(data) > RECORD_BYTES:
+        raise Damaged(f"{name} is larger than {RECORD_BYTES} bytes")
+    return data
+
+
+def write_record(directory: int, name: str, text: str) -> None:
+    """Replace `name` with `text` at once (a reader sees the old or the new), never writing
+    through a link: the new file is made afresh and renamed over whatever stood there."""
+    temporary = f".{name}.new"
+    try:
+        try:
+            os.unlink(temporary, dir_fd=directory)
+        except FileNotFoundError:
+            pass
+        fd = os.open(temporary, CREATE_FILE, 0o600, dir_fd=directory)
+        try:
+            write_all(fd, text.encode())
+        finally:
+            os.close(fd)
+        os.replace(temporary, name, src_dir_fd=directory, dst_dir_fd=directory)
+    except OSError as error:
+        raise Damaged(f"{name} cannot be written ({error.strerror})") from None
+
+
+def _stamp(value: object) -> bool:
+    return isinstance(value, str) and len(value) == 20 and set(value) <= set("0123456789-:TZ")
+
+
+def _whole(value: object, low: int, high: int) -> bool:
+    return type(value) is int and low <= value <= high
+
+
+# Each field a record may pass on, and its check; any other field is dropped.
+META_FIELDS: dict[str, Callable[[object], bool]] = {
+    "argv": lambda v: type(v) is list and all(type(part) is str for part in v),
+    "pid": lambda v: _whole(v, 2, PID_MAX - 1),
+    "startedAt": _stamp,
+}
+EXIT_FIELDS: dict[str, Callable[[object], bool]] = {
+    "exitCode": lambda v: _whole(v, 0, 255),
+    "signal": lambda v: v is None or _whole(v, 1, 127),
+    "endedAt": _stamp,
+    "stopped": lambda v: type(v) is bool,
+}
+
+
+def checked_fields(
+    directory: int, name: str, fields: dict[str, Callable[[object], bool]], problems: list[str]
+) -> dict[str, Any]:
+    """The fields of the JSON record `name` that pass their checks; what did not, in `problems`."""
+    import json
+
+    try:
+        loaded = json.loads(read_record(directory, name))
+    except FileNotFoundError:
+        return {}
+    except Damaged as error:
+        problems.append(str(error))
+        return {}
+    except (ValueError, RecursionError):
+        loaded = None
+    if not isinstance(loaded, dict):
+        problems.append(f"{name} is not a JSON object")
+        return {}
+    checked = {}
+    for field, check in fields.items():
+        if field in loaded and check(loaded[field]):
+            checked[field] = loaded[field]
+        elif field in loaded:
+            problems.append(f"{name}: {field} is not valid")
+    return checked
+
+
+def keeper_alive(directory: int) -> bool:
+    """Whether a keeper holds the lock: it does for as long as its command runs."""
+    import fcntl
+
+    try:
+        lock = open_regular(directory, "lock")
+    except FileNotFoundError:
+        return False
+    try:
+        # Shared: two status checks never mistake each other for the keeper.
+        fcntl.flock(lock, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(lock)
+    return False
+
+
+def record(directory: int, name: str) -> dict[str, Any]:
+    """What the keeper of `name` wrote, field by field as checked; `running` from its lock.
+    A record the guest damaged keeps its name, and `unreadable` says what was wrong."""
+    problems: list[str] = []
+    result: dict[str, Any] = {"name": name, "running": False}
+    try:
+        result["running"] = keeper_alive(directory)
+    except Damaged as error:
+        problems.append(str(error))
+    result.update(checked_fields(directory, "meta", META_FIELDS, problems))
+    if not result["running"]:
+        result.update(checked_fields(directory, "exit", EXIT_FIELDS, problems))
+    if problems:
+        result["unreadable"] = "; ".join(problems)
+    return result
+
+
+def process_directory(name: str) -> int:
+    """The directory of `name`; exits NO_SUCH_PROCESS when there is none."""
+    if not valid_name(name):
+        sys.stderr.write(f"{name!r:.80} is not a process name\n")
+        sys.exit(2)
+    try:
+        state = state_directory()
+        try:
+            return open_directory(state, name)
+        finally:
+            os.close(state)
+    except FileNotFoundError:
+        sys.stderr.write(f"no process named {name}\n")
+        sys.exit(NO_SUCH_PROCESS)
 
 
 def start(args: list[str]) -> None:
@@ -363,9 +623,17 @@ def start(args: list[str]) -> None:
 
     name, nproc, cwd, log_cap = args[0], int(args[1]), args[2], int(args[3])
     env, argv = split_command(args[4:])
-    directory = f"{STATE_DIR}/{name}"
-    os.makedirs(directory, exist_ok=True)
-    lock = os.open(f"{directory}/lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    if not valid_name(name):
+        sys.stderr.write(f"{name!r:.80} is not a process name\n")
+        sys.exit(2)
+    state = state_directory(create=True)
+    try:
+        os.mkdir(name, 0o700, dir_fd=state)
+    except FileExistsError:
+        pass
+    directory = open_directory(state, name)
+    os.close(state)
+    lock = open_regular(directory, "lock", os.O_RDWR | os.O_CREAT | OPEN_FILE)
     for _ in range(100):
         try:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -379,11 +647,15 @@ def start(args: list[str]) -> None:
     else:
         sys.stderr.write(f"the lock of {name} stayed busy\n")
         sys.exit(4)
-    for stale in ("exit", "stdout", "stderr"):
+    # A stop request left from before would end the new command at once.
+    for stale in ("meta", "exit", "stop", "stdout", "stderr"):
         try:
-            os.unlink(f"{directory}/{stale}")
+            os.unlink(stale, dir_fd=directory)
         except FileNotFoundError:
             pass
+        except OSError as error:  # a directory planted under the name
+            raise Damaged(f"{stale} cannot be removed ({error.strerror})") from None
+    logs = [open_regular(directory, stream, CREATE_FILE) for stream in ("stdout", "stderr")]
     ready_r, ready_w = os.pipe()
     if os.fork() == 0:
         os.close(ready_r)
@@ -393,27 +665,29 @@ def start(args: list[str]) -> None:
         for fd in (0, 1, 2):
             os.dup2(null, fd)
         os.close(null)
-        keep(directory, argv, env, cwd, nproc, log_cap, ready_w)
+        keep(directory, argv, env, cwd, nproc, log_cap, ready_w, logs)
         os._exit(0)
     os.close(ready_w)
-    os.close(lock)  # the keeper holds its own copy of the locked description
+    for fd in (lock, *logs):
+        os.close(fd)  # the keeper holds its own copies (the lock's description stays locked)
     os.read(ready_r, 64)
     sys.stdout.write(json.dumps(dict(record(directory, name), started=True)) + "\n")
 
 
 def keep(  # noqa: PLR0917 - one call site, in the forked keeper
-    directory: str,
+    directory: int,
     argv: list[str],
     env: dict[str, str],
     cwd: str,
     nproc: int,
     cap: int,
     ready: int,
+    logs: list[int],
 ) -> None:
     import json
     import signal
 
-    libc = libc_with_prctl(PR_SET_CHILD_SUBREAPER, PR_SET_DUMPABLE)
+    libc = subreaper_libc()
     out_r, out_w = os.pipe()
     err_r, err_w = os.pipe()
     stop_requested: list[bool] = []
@@ -429,21 +703,23 @@ def keep(  # noqa: PLR0917 - one call site, in the forked keeper
     for fd in (out_w, err_w):
         os.close(fd)
     meta = {"argv": argv, "pid": pid, "keeper": os.getpid(), "startedAt": _now()}
-    _write(f"{directory}/meta", json.dumps(meta))
-    logs = {out_r: f"{directory}/stdout", err_r: f"{directory}/stderr"}
-    for path in logs.values():
-        _write(path, "")
+    _keep_writing(directory, "meta", json.dumps(meta))
+    outputs = {out_r: logs[0], err_r: logs[1]}
     os.write(ready, str(pid).encode())
     os.close(ready)
-    open_fds = list(logs)
+    open_fds = list(outputs)
     status: int | None = None
     terminated_at: float | None = None
-    grace = 0.0
+    grace = looked = 0.0
     while status is None:
-        if stop_requested and terminated_at is None:
-            terminated_at = time.monotonic()
-            grace = _read_grace(directory)
-            signal_tree(os.getpid(), SIGTERM)
+        if terminated_at is None and time.monotonic() - looked >= 0.1:
+            looked = time.monotonic()
+            asked = stop_asked(directory)
+            if asked is not None or stop_requested:
+                terminated_at = looked
+                grace = DEFAULT_GRACE if asked is None else asked
+                stop_requested.append(True)
+                signal_tree(os.getpid(), SIGTERM)
         if terminated_at is not None and time.monotonic() - terminated_at > grace:
             break
         try:
@@ -451,7 +727,7 @@ def keep(  # noqa: PLR0917 - one call site, in the forked keeper
         except InterruptedError:
             continue
         for fd in ready_fds:
-            _drain_once(fd, logs[fd], cap, open_fds)
+            _drain_once(fd, outputs[fd], cap, open_fds)
         status = reap().get(pid)
     kill_tree(os.getpid())
     if status is None:
@@ -461,7 +737,7 @@ def keep(  # noqa: PLR0917 - one call site, in the forked keeper
         if not ready_fds:
             break
         for fd in ready_fds:
-            _drain_once(fd, logs[fd], cap, open_fds)
+            _drain_once(fd, outputs[fd], cap, open_fds)
     exit_code, killed_by = exit_code_of(status)
     ended = {
         "exitCode": exit_code,
@@ -469,137 +745,148 @@ def keep(  # noqa: PLR0917 - one call site, in the forked keeper
         "endedAt": _now(),
         "stopped": bool(stop_requested),
     }
-    _write(f"{directory}/exit", json.dumps(ended))
+    _keep_writing(directory, "exit", json.dumps(ended))
 
 
-def _drain_once(fd: int, path: str, cap: int, open_fds: list[int]) -> None:
+def stop_asked(directory: int) -> float | None:
+    """The grace of a stop asked for through `stop` in the keeper's directory; None if none
+    was. Whatever stands there asks (the guest may stop its own command); only a regular
+    file's number is taken for the grace."""
+    try:
+        text = read_record(directory, "stop")
+    except FileNotFoundError:
+        return None
+    except Damaged:
+        return DEFAULT_GRACE
+    try:
+        grace = float(text)
+    except ValueError:
+        return DEFAULT_GRACE
+    return grace if 0 <= grace < 1e9 else DEFAULT_GRACE
+
+
+def _keep_writing(directory: int, name: str, text: str) -> None:
+    """A keeper's record; one the guest kept from being written is left out, not fatal."""
+    try:
+        write_record(directory, name, text)
+    except Damaged:
+        pass
+
+
+def _drain_once(fd: int, log: int, cap: int, open_fds: list[int]) -> None:
     data = os.read(fd, CHUNK)
     if data:
-        _append_capped(path, data, cap)
+        _append_capped(log, data, cap)
     else:
         open_fds.remove(fd)
 
 
-def _read_grace(directory: str) -> float:
+def _append_capped(log: int, data: bytes, cap: int) -> None:
+    """Append, keeping at most the last `cap` bytes: a chatty server cannot fill the disk.
+    Through the keeper's own descriptor, so nothing planted under the log's name is written
+    through; a full disk costs these bytes, never the keeper."""
     try:
-        with open(f"{directory}/grace") as handle:
-            return float(handle.read())
-    except (OSError, ValueError):
-        return 2.0
-
-
-def _append_capped(path: str, data: bytes, cap: int) -> None:
-    """Append, keeping at most the last `cap` bytes: a chatty server cannot fill the disk."""
-    with open(path, "ab") as handle:
-        handle.write(data)
-        size = handle.tell()
-    if size > cap:
-        with open(path, "rb") as handle:
-            handle.seek(size - cap // 2)
-            tail = handle.read()
-        with open(path, "wb") as handle:
-            handle.write(tail)
-
-
-def _write(path: str, text: str) -> None:
-    with open(path + ".new", "w") as handle:
-        handle.write(text)
-    os.replace(path + ".new", path)
+        write_all(log, data)
+        size = os.lseek(log, 0, os.SEEK_CUR)
+        if size > cap:
+            tail = read_at(log, size - cap // 2, cap // 2)
+            os.ftruncate(log, 0)
+            os.lseek(log, 0, os.SEEK_SET)
+            write_all(log, tail)
+    except OSError:
+        pass
 
 
 def _now() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
 
-def record(directory: str, name: str) -> dict[str, Any]:
-    import fcntl
-    import json
-
-    result: dict[str, Any] = {"name": name, "running": False}
-    try:
-        with open(f"{directory}/meta") as handle:
-            result.update(json.load(handle))
-    except (OSError, ValueError):
-        pass
-    try:
-        lock = os.open(f"{directory}/lock", os.O_RDWR | os.O_CLOEXEC)
-    except OSError:
-        return result
-    try:
-        # Shared: two status checks never mistake each other for the keeper.
-        fcntl.flock(lock, fcntl.LOCK_SH | fcntl.LOCK_NB)
-    except BlockingIOError:
-        result["running"] = True
-    finally:
-        os.close(lock)
-    if not result["running"]:
-        try:
-            with open(f"{directory}/exit") as handle:
-                result.update(json.load(handle))
-        except (OSError, ValueError):
-            pass
-    return result
-
-
 def ps(_: list[str]) -> None:
+    """One JSON line per command, sorted by name, within ANSWER_BYTES; then, if any entry of
+    the state directory was left out (not a command's directory, or past a bound), a last
+    line {"omitted": N}."""
     import json
 
     try:
-        names = sorted(os.listdir(STATE_DIR))
+        state = state_directory()
     except FileNotFoundError:
-        names = []
-    for name in names:
-        sys.stdout.write(json.dumps(record(f"{STATE_DIR}/{name}", name)) + "\n")
+        return
+    names: list[str] = []
+    omitted = 0
+    with os.scandir(state) as entries:
+        for entry in entries:
+            if len(names) + omitted >= MAX_ENTRIES:
+                omitted += 1  # one at least: the rest is not looked at
+                break
+            if valid_name(entry.name) and entry.is_dir(follow_symlinks=False):
+                names.append(entry.name)
+            else:
+                omitted += 1
+    sent = 0
+    for index, name in enumerate(sorted(names)):
+        try:
+            directory = open_directory(state, name)
+        except (FileNotFoundError, Damaged):  # removed or replaced since the listing
+            omitted += 1
+            continue
+        try:
+            line = json.dumps(record(directory, name)) + "\n"
+        finally:
+            os.close(directory)
+        if sent + len(line) > ANSWER_BYTES - TRAILER_BYTES:
+            omitted += len(names) - index
+            break
+        sys.stdout.write(line)
+        sent += len(line)
+    if omitted:
+        sys.stdout.write(json.dumps({"omitted": omitted}) + "\n")
 
 
 def stop(args: list[str]) -> None:
     import json
 
     name, grace = args[0], float(args[1])
-    directory = f"{STATE_DIR}/{name}"
-    if not os.path.isdir(directory):
-        sys.stderr.write(f"no process named {name}\n")
-        sys.exit(3)
-    current = record(directory, name)
-    if current["running"]:
-        keeper = int(current["keeper"])
-        if keeper <= 1:
-            # The record lives where the guest can write: never signal -1, 0 or init.
-            sys.stderr.write(f"the record of {name} names no keeper\n")
-            sys.exit(4)
-        _write(f"{directory}/grace", str(grace))
-        os.kill(keeper, SIGTERM)
+    directory = process_directory(name)
+    if record(directory, name)["running"]:
+        # Asked, never signalled: the keeper's pid is only what a record says, and the
+        # guest writes records. The keeper signals only its own descendants.
+        write_record(directory, "stop", repr(grace))
         deadline = time.monotonic() + grace + 2
-        while record(directory, name)["running"] and time.monotonic() < deadline:
+        while keeper_alive(directory) and time.monotonic() < deadline:
             time.sleep(0.05)
-        if record(directory, name)["running"]:
-            # The keeper did not finish in time: end its tree, then it.
-            for pid in descendants(keeper):
-                try:
-                    os.kill(pid, SIGKILL)
-                except OSError:
-                    pass
-            os.kill(keeper, SIGKILL)
-            while record(directory, name)["running"] and time.monotonic() < deadline + 2:
-                time.sleep(0.05)
+        if keeper_alive(directory):
+            sys.stderr.write(
+                f"{name} did not stop within {grace + 2:.0f}s: its keeper did not answer\n"
+            )
+            sys.exit(NOT_STOPPED)
     sys.stdout.write(json.dumps(record(directory, name)) + "\n")
 
 
 def logs(args: list[str]) -> None:
+    """The last LIMIT bytes of a command's STREAM, read from a regular file only."""
     name, stream, limit = args[0], args[1], int(args[2])
-    path = f"{STATE_DIR}/{name}/{stream}"
+    if stream not in ("stdout", "stderr"):
+        sys.stderr.write(f"{stream!r:.80} is not stdout or stderr\n")
+        sys.exit(2)
+    directory = process_directory(name)
     try:
-        with open(path, "rb") as handle:
-            handle.seek(0, 2)
-            handle.seek(max(0, handle.tell() - limit))
-            data = handle.read()
+        log = open_regular(directory, stream)
     except FileNotFoundError:
         sys.stderr.write(f"no process named {name}\n")
-        sys.exit(3)
-    sys.stdout.buffer.write(data)
+        sys.exit(NO_SUCH_PROCESS)
+    size = os.fstat(log).st_size
+    sys.stdout.buffer.write(read_at(log, max(0, size - limit), limit))
 
 
 MODES = {"run": run, "start": start, "ps": ps, "stop": stop, "logs": logs}
 
 if __name__ == "__main__":
-    MODES[sys.argv[1]](sys.argv[2:])
+    mode, arguments = sys.argv[1], sys.argv[2:]
+    try:
+        MODES[mode](arguments)
+    except Damaged as error:
+        about = f" of {arguments[0]}" if mode in ("start", "stop", "logs") else ""
+        sys.stderr.write(
+            f"the state{about} in the sandbox is damaged, so it was refused: {error}\n"
+        )
+        sys.exit(DAMAGED)

@@ -36,6 +36,16 @@ class ExecStreamError(TransportError):
         self.status_code = status_code
 
 
+class ExecOutputTooLarge(ExecStreamError):
+    """More came on one of an exec's channels than its reader accepts: the reader stopped
+    there, and the stream is closed. What the command did is unknown."""
+
+    def __init__(self, channel: str, limit: int) -> None:
+        super().__init__(f"the exec's {channel} went past {limit} bytes, so reading stopped")
+        self.channel = channel
+        self.limit = limit
+
+
 class ApiError(TransportError):
     """A response from the API server that was not a success.
 

@@ -13,10 +13,17 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from urllib.parse import quote, urlencode
 
+from openblox.transport.errors import ExecOutputTooLarge
+
 PROTOCOL = "v5.channel.k8s.io"
 STDIN, STDOUT, STDERR, ERROR, CLOSE = 0, 1, 2, 3, 255
 # Stdin goes up in pieces of at most this, so one large write is not one huge message.
 STDIN_CHUNK_BYTES = 1 << 20
+# What an accumulator keeps of each output channel unless its reader says otherwise:
+# everything read back from a guest is bounded, a reader that forgot to say included.
+KEEP_BYTES = 1 << 20
+# The exec's final Status is a small JSON document from the kubelet; more is not one.
+STATUS_BYTES = 64 * 1024
 
 
 @dataclass(frozen=True)
@@ -94,28 +101,44 @@ class ExecOutput:
 
     `feed` every frame as it arrives. `keep_stdout` and `keep_stderr` bound what is kept of
     each (None: all of it; 0: none, for a reader that passes stdout on, as `feed` returns
-    it); the bytes seen are counted either way. The Status, on the error channel, may come
-    in more than one message, as stdout may (client-go reads that stream to its end too).
+    it); the bytes seen are counted either way. `limit_stdout` and `limit_stderr` bound
+    what is accepted at all: the frame that goes past one raises ExecOutputTooLarge, so
+    the reader stops there and closes the stream (its `finally` does) instead of reading
+    on what a guest may send for as long as it likes. The Status, on the error channel,
+    may come in more than one message, as stdout may (client-go reads that stream to its
+    end too); more than STATUS_BYTES of it is refused the same way.
     """
 
-    keep_stdout: int | None = None
-    keep_stderr: int | None = None
+    keep_stdout: int | None = KEEP_BYTES
+    keep_stderr: int | None = KEEP_BYTES
+    limit_stdout: int | None = None
+    limit_stderr: int | None = None
     stdout: bytearray = field(default_factory=bytearray)
     stderr: bytearray = field(default_factory=bytearray)
     status: bytes = b""
     stdout_seen: int = 0
     stderr_seen: int = 0
 
+    @classmethod
+    def bounded(cls, stdout: int, stderr: int) -> ExecOutput:
+        """An accumulator for an answer read whole: each channel is kept up to its bound,
+        and the reading stops past it."""
+        return cls(keep_stdout=stdout, keep_stderr=stderr, limit_stdout=stdout, limit_stderr=stderr)
+
     def feed(self, frame: Frame) -> bytes:
-        """Take one frame; what it carried on stdout (b"" for any other channel)."""
+        """Take one frame; what it carried on stdout (b"" for any other channel).
+        ExecOutputTooLarge once a channel went past its limit."""
         if frame.channel == STDOUT:
             self.stdout_seen += len(frame.data)
+            _check("stdout", self.stdout_seen, self.limit_stdout)
             _keep(self.stdout, frame.data, self.keep_stdout)
             return frame.data
         if frame.channel == STDERR:
             self.stderr_seen += len(frame.data)
+            _check("stderr", self.stderr_seen, self.limit_stderr)
             _keep(self.stderr, frame.data, self.keep_stderr)
         elif frame.channel == ERROR:
+            _check("status", len(self.status) + len(frame.data), STATUS_BYTES)
             self.status += frame.data
         return b""
 
@@ -129,6 +152,11 @@ class ExecOutput:
     def truncated(self) -> bool:
         """Whether more output came than was kept."""
         return self.stdout_seen + self.stderr_seen > len(self.stdout) + len(self.stderr)
+
+
+def _check(channel: str, seen: int, limit: int | None) -> None:
+    if limit is not None and seen > limit:
+        raise ExecOutputTooLarge(channel, limit)
 
 
 def _keep(target: bytearray, data: bytes, limit: int | None) -> None:
