@@ -56,3 +56,46 @@ def test_dmesg_runs_only_when_the_log_can_change_the_verdict(
     assert _verdict(output) == verdict
     # The verdict is the one the full probe (log always read) gives.
     assert _verdict(output if reads_the_log else output + KERNEL_LOG) == verdict
+
+
+def test_a_flood_into_the_probes_output_decides_nothing_and_is_not_read_on(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """What comes back is read from the pod: past the bound the stream is closed, and
+    the verdict is left undecided (the pod is probed again; it is never Ready meanwhile)."""
+    from collections.abc import Iterator
+
+    from openblox.controller import boundary
+    from openblox.transport import STDOUT, ExecOutput, Frame
+
+    sent: list[int] = []
+    closed: list[bool] = []
+
+    class Flood:
+        def __init__(self, *_args: object, **_kwargs: object) -> None:
+            pass
+
+        def frames(self, deadline: float) -> Iterator[Frame]:
+            while True:
+                sent.append(1)
+                yield Frame(STDOUT, b"4.4.0 --- gVisor " * 4096)
+
+        def read_to_end(self, deadline: float, output: ExecOutput) -> object:
+            try:
+                for frame in self.frames(deadline):
+                    output.feed(frame)
+            finally:
+                closed.append(True)
+            return output
+
+    class Guarded:
+        def guard_write(self) -> None:
+            pass
+
+        session = None
+
+    monkeypatch.setattr(boundary, "ExecSocket", Flood)
+    verdict = boundary.probe_boundary(Guarded(), "ns", "pod", NODE)  # type: ignore[arg-type]
+    assert verdict is None
+    assert closed == [True]
+    assert len(sent) * 4096 * 17 <= boundary.PROBE_OUTPUT_BYTES + 4096 * 17

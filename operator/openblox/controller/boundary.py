@@ -9,7 +9,7 @@ from openblox.controller.kube import Kube
 from openblox.models.boundary import classify_boundary
 from openblox.models.profile import Boundary
 from openblox.names import CONTAINER_NAME
-from openblox.transport import ExecSocket
+from openblox.transport import ExecOutput, ExecOutputTooLarge, ExecSocket
 
 log = logging.getLogger(__name__)
 
@@ -31,13 +31,23 @@ def probe_script(version_file: str = "/proc/version") -> str:
 
 _PROBE = ["/bin/sh", "-c", probe_script()]
 _PROBE_SECONDS = 30.0
+PROBE_OUTPUT_BYTES = 1 << 20
 
 
 def probe_boundary(
     kube: Kube, namespace: str, pod: str, node_kernel_release: str
 ) -> Boundary | None:
     """The boundary seen inside the pod, or None when the probe was inconclusive."""
-    output = _exec(kube, namespace, pod)
+    try:
+        output = _exec(kube, namespace, pod)
+    except ExecOutputTooLarge:
+        log.warning(
+            "boundary probe of %s/%s printed more than %d bytes; undecided, will retry",
+            namespace,
+            pod,
+            PROBE_OUTPUT_BYTES,
+        )
+        return None
     release, _, rest = output.partition("---")
     version, _, kernel_log = rest.partition("---")
     boundary = classify_boundary(release, kernel_log, node_kernel_release, version)
@@ -62,5 +72,10 @@ def _exec(kube: Kube, namespace: str, pod: str) -> str:
         stderr=False,
         timeout=_PROBE_SECONDS,
     )
-    output = socket.read_to_end(time.monotonic() + _PROBE_SECONDS)
+    # Bounded: what comes back is read from the pod. The kernel's log is the most the
+    # probe prints (a few hundred KiB on a busy host kernel); past the bound the stream
+    # is closed and the probe decides nothing (ExecOutputTooLarge).
+    output = socket.read_to_end(
+        time.monotonic() + _PROBE_SECONDS, ExecOutput.bounded(PROBE_OUTPUT_BYTES, 0)
+    )
     return output.stdout.decode("utf-8", "replace")
