@@ -11,12 +11,13 @@ PYTEST := $(PY) -m pytest -p no:cacheprovider
 # The embedded-cluster suite, one command line for `make cluster-tests` and `make test`.
 CLUSTER_PYTEST := $(PYTEST) tests/cluster -q --durations=25
 
-.PHONY: help up down test lint unit cluster-tests conformance bench install venv operator-image kind-up kind-test kind-down fuzz
+.PHONY: help up down clean test lint unit cluster-tests conformance bench install venv operator-image kind-up kind-test kind-down fuzz
 
 help:
 	@echo "make up           start the embedded cluster (or use KUBECONFIG), install the operator, print 42"
 	@echo "make test         lint, unit tests, end-to-end tests and conformance on the embedded and kind clusters"
-	@echo "make down         stop the embedded cluster (caches kept)"
+	@echo "make down         stop the embedded cluster (its objects and the caches kept)"
+	@echo "make clean        stop it and delete every object it held (caches kept)"
 	@echo "make bench        benchmarks; results under docs/benchmarks/"
 	@echo "make conformance  the adversarial conformance suite against the cluster"
 	@echo "make kind-up      a three-node kind cluster built here, openblox installed, print 42"
@@ -40,6 +41,10 @@ up: install
 
 down:
 	$(CLUSTER) down
+
+# The one way to wipe the embedded cluster's state; it says what it deletes.
+clean:
+	$(CLUSTER) reset
 
 lint: venv
 	$(PY) -m ruff check .

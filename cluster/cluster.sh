@@ -4,10 +4,16 @@
 #
 #   cluster/cluster.sh install   install Debian packages and build every binary (cached)
 #   cluster/cluster.sh up        start the cluster (idempotent; recovers after a crash)
-#   cluster/cluster.sh down      stop what `up` started; keeps the caches
+#   cluster/cluster.sh down      stop what `up` started; keeps the cluster's state and caches
+#   cluster/cluster.sh reset     stop it and delete its state: every object it held (`make clean`)
 #   cluster/cluster.sh status    say what runs
 #   cluster/cluster.sh env       print the export line for KUBECONFIG
 #   cluster/cluster.sh images    build (cached) and import the images into the running node
+#
+# The cluster keeps its state: every object lives in etcd's data directory, which only
+# `reset` deletes. `up` after `down`, a reboot or a crash starts etcd on the same data;
+# what a crash leaves on the node (processes, mounts, runtime state, address leases) is
+# cleaned first, and etcd's data is never touched by that.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/.." && pwd)
@@ -17,7 +23,8 @@ source "$here/versions.env"
 CACHE=${OPENBLOX_CACHE:-/var/cache/openblox}
 ROOT=${OPENBLOX_ROOT:-/var/lib/openblox}
 STATE=$ROOT/cluster
-RUN=/run/openblox
+ETCD_DATA=$STATE/etcd
+RUN=${OPENBLOX_RUN:-/run/openblox}
 # Where containerd-shim-runsc-v1 looks for its own config (a path gVisor fixes).
 RUNSC_SHIM_CONFIG_DIR=/run/containerd/runsc
 BIN=$ROOT/bin
@@ -26,6 +33,9 @@ KUBELET_ROOT=$ROOT/kubelet
 KUBECONFIG_ADMIN=$STATE/admin.kubeconfig
 export PATH=$BIN:$PATH
 PYTHON=${PYTHON:-python3}
+ETCD_CLIENT_PORT=${OPENBLOX_ETCD_CLIENT_PORT:-2379}
+ETCD_PEER_PORT=${OPENBLOX_ETCD_PEER_PORT:-2380}
+ETCD_METRICS_PORT=${OPENBLOX_ETCD_METRICS_PORT:-2381}
 NODE_NAME=$(hostname | tr '[:upper:]' '[:lower:]')
 SERVICE_CIDR=10.96.0.0/16
 SERVICE_IP=10.96.0.1
@@ -307,9 +317,13 @@ EOF
 
 # ---------------------------------------------------------------- crash recovery
 
-# Whatever a previous run left behind when it was killed without `down`: daemons,
-# shims and sandboxes, mounts under our directories, and CNI address leases.
-clean_leftovers() {
+# Whatever a previous run left on the node when it was killed without `down` (a crash, a
+# reboot, a killed CI job): stale pid files, daemons, shims and sandboxes, mounts under
+# our directories, the runtime's state of containers that no longer run, and the CNI
+# address leases of their pods. Every sandbox on the node is gone after this, as after
+# a reboot; the kubelet starts their pods again from the API. etcd's data, containerd's
+# images and the kubelet's own files are the cluster's state and are kept.
+clean_node() {
   local name
   for name in "${COMPONENTS[@]}"; do running "$name" || rm -f "$(pidfile "$name")"; done
   pkill -f "containerd-shim-runc-v2 .*-address $CONTAINERD_SOCK" 2>/dev/null || true
@@ -322,8 +336,104 @@ clean_leftovers() {
     log "unmounting $(wc -l <<<"$mounts") leftover mounts"
     while read -r m; do umount -l "$m" 2>/dev/null || true; done <<<"$mounts"
   fi
-  # Fresh cluster state each start: pods from a previous run are gone from etcd anyway.
-  rm -rf "$STATE/etcd" "$KUBELET_ROOT" "$ROOT/cni-ipam" "$RUN/containerd" "$RUN/runsc"
+  # The runtime's state of tasks that died with their shims (a half-written bundle
+  # among them), and the leases of pod addresses no pod holds any more. Pod
+  # directories go too: their memory-backed volumes died with the pods.
+  rm -rf "$ROOT/cni-ipam" "$RUN/containerd" "$RUN/runsc" "$KUBELET_ROOT/pods"
+}
+
+# ---------------------------------------------------------------- etcd's data
+
+# etcd opens data written by its own minor version or the one before, never a newer
+# one's (https://etcd.io/docs/v3.6/upgrades/). The version that last ran on the data is
+# kept beside it.
+ETCD_STAMP=$STATE/etcd.version
+
+minor_of() { sed -n 's/^v\{0,1\}\([0-9]*\)\.\([0-9]*\).*/\1 \2/p' <<<"$1"; }
+
+fresh_start_hint() {
+  printf '[cluster]   nothing was deleted: the data is kept in %s\n' "$ETCD_DATA" >&2
+  printf '[cluster]   to start fresh instead, deleting every object this cluster held: make clean\n' >&2
+}
+
+# Refuse, before anything starts, data another etcd version wrote that this one cannot
+# open. Data of no known version (none yet, or from before the stamp) is left to etcd.
+check_etcd_data() {
+  [[ -d $ETCD_DATA/member ]] || return 0
+  local wrote; wrote=$(cat "$ETCD_STAMP" 2>/dev/null) || return 0
+  local have want have_major have_minor want_major want_minor
+  read -r have_major have_minor <<<"$(minor_of "$wrote")"
+  read -r want_major want_minor <<<"$(minor_of "$ETCD_VERSION")"
+  if [[ -z $have_major || -z $want_major ]]; then
+    printf '[cluster] error: %s names no etcd version ("%s")\n' "$ETCD_STAMP" "$wrote" >&2
+    fresh_start_hint; exit 1
+  fi
+  have=$((have_major * 1000 + have_minor)) want=$((want_major * 1000 + want_minor))
+  if ((have > want || want - have > 1)); then
+    printf '[cluster] error: the data in %s was written by etcd %s, which etcd %s cannot open\n' \
+      "$ETCD_DATA" "$wrote" "$ETCD_VERSION" >&2
+    printf '[cluster]   (etcd moves one minor version up at a time and never down)\n' >&2
+    fresh_start_hint; exit 1
+  fi
+}
+
+etcd_healthy() {
+  curl -fs --max-time 2 --cacert "$STATE/pki/ca.crt" --cert "$STATE/pki/etcd-client.crt" \
+    --key "$STATE/pki/etcd-client.key" "https://127.0.0.1:$ETCD_CLIENT_PORT/health" |
+    grep -q '"health":"true"'
+}
+
+# Start etcd on its data and wait for it; if it cannot open the data (damaged, or a
+# version the stamp did not know), say what it said and stop, deleting nothing.
+# What etcd logged as an error since byte $1 of its log (its JSON lines' messages), or
+# else its last lines: the reason it gave, not its stack.
+etcd_last_words() {
+  "$PYTHON" - "$STATE/logs/etcd.log" "$1" <<'PY'
+import json, sys
+with open(sys.argv[1], "rb") as log:
+    log.seek(int(sys.argv[2]))
+    lines = log.read().decode("utf-8", "replace").splitlines()
+said = []
+for line in lines:
+    try:
+        entry = json.loads(line)
+    except ValueError:
+        continue
+    if isinstance(entry, dict) and entry.get("level") in ("error", "panic", "fatal"):
+        said.append(" ".join(str(entry[k]) for k in ("msg", "error", "path") if k in entry))
+for text in (said or lines)[-4:]:
+    print(text[:300])
+PY
+}
+
+start_etcd() {
+  check_etcd_data
+  local pki=$STATE/pki since
+  since=$(stat -c %s "$STATE/logs/etcd.log" 2>/dev/null || echo 0)
+  start etcd "$BIN/etcd" --name openblox --data-dir "$ETCD_DATA" \
+    --listen-client-urls "https://127.0.0.1:$ETCD_CLIENT_PORT" \
+    --advertise-client-urls "https://127.0.0.1:$ETCD_CLIENT_PORT" \
+    --listen-peer-urls "http://127.0.0.1:$ETCD_PEER_PORT" \
+    --initial-advertise-peer-urls "http://127.0.0.1:$ETCD_PEER_PORT" \
+    --initial-cluster "openblox=http://127.0.0.1:$ETCD_PEER_PORT" \
+    --cert-file "$pki/etcd-server.crt" --key-file "$pki/etcd-server.key" \
+    --client-cert-auth --trusted-ca-file "$pki/ca.crt" \
+    --listen-metrics-urls "http://127.0.0.1:$ETCD_METRICS_PORT" --log-level warn \
+    --quota-backend-bytes 4294967296
+  local _
+  for _ in $(seq 120); do
+    if etcd_healthy; then
+      echo "$ETCD_VERSION" >"$ETCD_STAMP"
+      return 0
+    fi
+    running etcd || break
+    sleep 0.25
+  done
+  stop etcd
+  printf '[cluster] error: etcd could not start on the data in %s; its last words:\n' "$ETCD_DATA" >&2
+  etcd_last_words "$since" | sed 's/^/[cluster]   | /' >&2
+  fresh_start_hint
+  exit 1
 }
 
 # ---------------------------------------------------------------- bootstrap
@@ -409,10 +519,11 @@ cmd_up() {
     return
   fi
   if ! running etcd; then
-    # The cluster's state is gone with etcd: start from clean node state, whatever a
-    # crash left behind. With etcd alive, only the missing components are started.
+    # After `down`, a reboot or a crash: nothing of the node's may be trusted, so every
+    # component starts again on a cleaned node; etcd's data (every object) is kept.
+    # With etcd alive, only the missing components are started.
     for name in "${COMPONENTS[@]}"; do stop "$name"; done
-    clean_leftovers
+    clean_node
   fi
   local ip; ip=$(default_ip)
   [[ -n $ip ]] || die "no IPv4 address on the default route's interface"
@@ -423,20 +534,14 @@ cmd_up() {
     net.bridge.bridge-nf-call-ip6tables=1
   local pki=$STATE/pki
 
-  start_containerd
+  # etcd first: data it cannot open stops `up` before anything else has started.
+  start_etcd
 
-  start etcd "$BIN/etcd" --name openblox --data-dir "$STATE/etcd" \
-    --listen-client-urls https://127.0.0.1:2379 --advertise-client-urls https://127.0.0.1:2379 \
-    --listen-peer-urls http://127.0.0.1:2380 --initial-advertise-peer-urls http://127.0.0.1:2380 \
-    --initial-cluster openblox=http://127.0.0.1:2380 \
-    --cert-file "$pki/etcd-server.crt" --key-file "$pki/etcd-server.key" \
-    --client-cert-auth --trusted-ca-file "$pki/ca.crt" \
-    --listen-metrics-urls http://127.0.0.1:2381 --log-level warn \
-    --quota-backend-bytes 4294967296
+  start_containerd
 
   start kube-apiserver "$BIN/kube-apiserver" \
     --advertise-address "$ip" --bind-address 0.0.0.0 --secure-port 6443 \
-    --etcd-servers https://127.0.0.1:2379 --etcd-cafile "$pki/ca.crt" \
+    --etcd-servers "https://127.0.0.1:$ETCD_CLIENT_PORT" --etcd-cafile "$pki/ca.crt" \
     --etcd-certfile "$pki/etcd-client.crt" --etcd-keyfile "$pki/etcd-client.key" \
     --service-cluster-ip-range "$SERVICE_CIDR" \
     --client-ca-file "$pki/ca.crt" \
@@ -504,7 +609,7 @@ cmd_down() {
     "${crictl[@]}" rmp --all --force >/dev/null 2>&1 || true
   fi
   for ((i = ${#COMPONENTS[@]} - 1; i >= 0; i--)); do stop "${COMPONENTS[i]}"; done
-  clean_leftovers
+  clean_node
   # Rules our components installed: kube-proxy and kube-router clean their own chains
   # only while running, so flush what they leave behind.
   if [[ -x $BIN/kube-proxy ]]; then "$BIN/kube-proxy" --cleanup >/dev/null 2>&1 || true; fi
@@ -513,7 +618,16 @@ cmd_down() {
   }
   ipset list -n 2>/dev/null | grep -E '^KUBE-' | xargs -r -n1 ipset destroy 2>/dev/null || true
   ip link del openblox0 2>/dev/null || true
-  log "cluster is down (caches kept in $CACHE)"
+  log "cluster is down; its objects are kept in $ETCD_DATA, caches in $CACHE"
+}
+
+# The one command that deletes the cluster's state: every object it held.
+cmd_reset() {
+  cmd_down
+  log "deleting the cluster's state: every object it held (etcd's data in $ETCD_DATA),"
+  log "  and the kubelet's files; certificates and caches in $CACHE are kept"
+  rm -rf "$ETCD_DATA" "$ETCD_STAMP" "$KUBELET_ROOT" "$ROOT/cni-ipam"
+  log "the next \`make up\` starts an empty cluster"
 }
 
 cmd_status() {
@@ -528,12 +642,25 @@ cmd_status() {
 
 cmd_env() { echo "export KUBECONFIG=$KUBECONFIG_ADMIN PATH=$BIN:\$PATH"; }
 
+# Parts of `up`, alone, for the tests of crash recovery (tests/cluster/test_zz_restarts.py),
+# which point OPENBLOX_ROOT, OPENBLOX_RUN and the etcd ports at a node of their own.
+cmd_etcd_check() {
+  mkdir -p "$STATE/logs" "$STATE/run"
+  "$PYTHON" "$here/pki.py" "$STATE" "$NODE_NAME" 127.0.0.1 "$SERVICE_IP" >/dev/null
+  start_etcd
+  stop etcd
+  log "etcd opened the data in $ETCD_DATA"
+}
+
 case ${1:-} in
   install) cmd_install ;;
   up) cmd_up ;;
   down) cmd_down ;;
+  reset) cmd_reset ;;
   status) cmd_status ;;
   env) cmd_env ;;
   images) running containerd || die "containerd is not running; run: $0 up"; import_images ;;
-  *) echo "usage: $0 install|up|down|status|env|images" >&2; exit 2 ;;
+  clean-node) mkdir -p "$STATE/run"; clean_node ;;
+  etcd-check) cmd_etcd_check ;;
+  *) echo "usage: $0 install|up|down|reset|status|env|images" >&2; exit 2 ;;
 esac

@@ -64,11 +64,14 @@ def ensure_cluster() -> str:
             )
         return given
     if not reachable(str(EMBEDDED_KUBECONFIG)):
-        subprocess.run(
+        started = subprocess.run(
             [str(REPO / "cluster" / "cluster.sh"), "up"],
-            check=True,
+            check=False,
             env={**os.environ, "PYTHON": sys.executable},
         )
+        if started.returncode != 0:
+            # cluster.sh has said what is wrong, and what to do; no traceback on top.
+            raise SystemExit(started.returncode)
     return str(EMBEDDED_KUBECONFIG)
 
 

@@ -17,6 +17,16 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "cluster"))
 import embedded
 from tests.cluster.kube import Kube
+from tests.cluster.sandboxes import (
+    admission_has,
+    extra_profiles,
+    get_sandbox,
+    opted_in_namespace,
+    profile_yaml,
+    sandbox,
+    wait_for,
+    wait_reason,
+)
 
 
 @pytest.fixture(scope="session")
@@ -37,3 +47,33 @@ def namespace(kube: Kube, request: pytest.FixtureRequest) -> Iterator[str]:
     kube.kubectl("create", "namespace", name)
     yield name
     kube.kubectl("delete", "namespace", name, "--wait=false", check=False)
+
+
+# A Sandbox that is not the suite's: made before any test, in a namespace of its own,
+# left idle, and checked after the last test. Whatever a test deletes or restarts, this
+# one must still be there (the same object) and Ready at the end: no test may wipe what
+# it did not make, and a restart must give back what it took down. Its profile lives
+# longer than the suite, so its own idle timeout never ends it first.
+BYSTANDER_LIFETIME = {"idleTimeoutSeconds": 14_400, "maxAgeSeconds": 14_400}
+BYSTANDER_READY_AGAIN_SECONDS = 300
+
+
+@pytest.fixture(scope="session", autouse=True)
+def bystander(request: pytest.FixtureRequest) -> Iterator[None]:
+    if not any(item.get_closest_marker("cluster") for item in request.session.items):
+        yield  # no cluster test in this run
+        return
+    kube: Kube = request.getfixturevalue("operator")
+    profile = f"bystander-{uuid.uuid4().hex[:6]}"
+    with (
+        extra_profiles(kube, {profile: profile_yaml(lifetime=BYSTANDER_LIFETIME)}),
+        opted_in_namespace(kube, "bystander") as namespace,
+    ):
+        wait_for("admission params", lambda: admission_has(kube, profile), 60)
+        kube.apply(sandbox("idle", namespace, profile=profile))
+        uid = wait_reason(kube, "idle", namespace, "Ready", 240)["metadata"]["uid"]
+        yield
+        body = get_sandbox(kube, "idle", namespace)
+        assert body is not None, f"the bystander Sandbox {namespace}/idle is gone"
+        assert body["metadata"]["uid"] == uid, "the bystander Sandbox was deleted and made again"
+        wait_reason(kube, "idle", namespace, "Ready", BYSTANDER_READY_AGAIN_SECONDS)
