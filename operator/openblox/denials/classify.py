@@ -106,6 +106,11 @@ class ExecOutcome:
     argv: tuple[str, ...] = ()
     cwd: str | None = None
 
+    def may_be_refused_exec(self) -> bool:
+        """Whether this could be an exec refused on a noexec scratch mount: only then does
+        the client read the sandbox's mounts (once) to set `Policy.scratch_noexec`."""
+        return self.exit_code == 126 or b"Permission denied" in self.stderr[-4096:]
+
 
 # ---------------------------------------------------------------- the outcome's text
 
