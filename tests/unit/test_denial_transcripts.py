@@ -1,0 +1,28 @@
+"""The denial classifier on real tools' failures (tests/unit/denial_transcripts): the
+figures in docs/denials-accuracy.json are the ones the corpus gives."""
+
+from __future__ import annotations
+
+import json
+
+from tests.denial_scoring import TRANSCRIPTS_KEY
+from tests.unit.denial_transcripts.replay import ACCURACY, KINDS, load, report
+
+
+def test_the_corpus_is_labelled_and_holds_each_kind() -> None:
+    _, entries = load()
+    assert len({e["id"] for e in entries}) == len(entries)
+    for entry in entries:
+        assert entry["kind"] in KINDS, entry["id"]
+        assert entry["expect"] == ("none" if entry["kind"] == "lookalike" else "filesystem")
+        assert entry["source"].startswith(("captured:", "quoted:")), entry["id"]
+    counts = {kind: sum(1 for e in entries if e["kind"] == kind) for kind in KINDS}
+    assert min(counts.values()) >= 20, counts
+
+
+def test_the_accuracy_file_holds_what_the_corpus_gives() -> None:
+    written = json.loads(ACCURACY.read_text())[TRANSCRIPTS_KEY]
+    assert written == report(), (
+        "docs/denials-accuracy.json is stale: "
+        ".venv/bin/python -m tests.unit.denial_transcripts.replay --write"
+    )
