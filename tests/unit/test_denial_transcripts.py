@@ -26,3 +26,10 @@ def test_the_accuracy_file_holds_what_the_corpus_gives() -> None:
         "docs/denials-accuracy.json is stale: "
         ".venv/bin/python -m tests.unit.denial_transcripts.replay --write"
     )
+
+
+def test_no_false_denial_and_recall_of_at_least_095() -> None:
+    figures = report()
+    assert figures["overall"]["false_denials_on_ordinary"] == []
+    assert figures["overall"]["precision"] == 1.0
+    assert figures["overall"]["recall"] >= 0.95, figures["kinds"]
