@@ -64,6 +64,24 @@ RUN_FROM_SCRATCH = [
         ("python3", "-c", "import os; os.execv('/tmp/tool', ['tool'])"),
         "exec /tmp/tool",
     ),
+    (
+        "find: \u2018/tmp/check\u2019: Permission denied\n",
+        0,
+        ("find", "/workspace", "-name", "*.txt", "-exec", "/tmp/check", "{}", ";"),
+        "exec /tmp/check",
+    ),
+    (
+        "ImportError: /workspace/lib/fast.so: failed to map segment from shared object\n",
+        1,
+        ("python3", "-c", "import fast"),
+        "load /workspace/lib/fast.so as code",
+    ),
+    (
+        "tool failed: -1\n",
+        13,
+        ("perl", "-e", "system('/tmp/tool') == 0 or die \"tool failed: $?\""),
+        "exec /tmp/tool",
+    ),
 ]
 
 
@@ -171,6 +189,11 @@ OWN_WORDS = [
         "write /opt/app",
     ),
     (
+        "FileNotFoundError: [Errno 2] No such file or directory: '/data/model.pkl'",
+        ("python3", "-c", "pickle.dump(model, open('/data/model.pkl', 'wb'))"),
+        "write /data/model.pkl",
+    ),
+    (
         "cannot write config: Permission denied at -e line 1.",
         ("perl", "-e", "open(my $fh, '>', '/etc/app.conf') or die \"cannot write config: $!\""),
         "write /etc/app.conf",
@@ -199,6 +222,11 @@ def test_the_same_words_about_a_writable_place_are_ordinary() -> None:
             ("python3", "-c", "sqlite3.connect('file:/workspace/app.db?mode=ro', uri=True)"),
         ),
         ("Error: ENOENT: no such file or directory, mkdir '/workspace/a/b'", ()),
+        # A read of a missing file is no write, wherever it is.
+        (
+            "FileNotFoundError: [Errno 2] No such file or directory: '/data/input.csv'",
+            ("python3", "-c", "print(open('/data/input.csv').read())"),
+        ),
     ):
         assert denials(outcome(text + "\n", argv=argv)) == [], text
 

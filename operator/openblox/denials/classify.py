@@ -45,7 +45,7 @@ from openblox.denials.outcome import ExecOutcome, Found, Policy, Reading
 from openblox.denials.outcome import lines as outcome_lines
 from openblox.denials.record import Denial
 from openblox.denials.refusals import SIGNALS as REFUSAL_SIGNALS
-from openblox.denials.refusals import privilege_because, refusal
+from openblox.denials.refusals import perl_status, privilege_because, refusal
 from openblox.names import WORKSPACE_DIR
 
 MAX_DENIALS = 10
@@ -192,6 +192,7 @@ def classify_exec(outcome: ExecOutcome, policy: Policy, now: datetime) -> list[D
     reading = _reading(outcome, policy)
     for index in _signal_lines(reading.lines):
         found.extend(_scan_line(reading, index))
+    found.extend(perl_status(reading))
     if not outcome.timed_out:
         found.extend(_killed(outcome, reading.lines, policy))
     return [_record(item, policy, now) for item in _dedupe(found)][:MAX_DENIALS]

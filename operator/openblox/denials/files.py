@@ -25,12 +25,11 @@ EACCES = re.compile(
     r"|\b(?:open|mkdir|remove|rename|link|symlink|chmod|chown|truncate|fork/exec|unlinkat"
     r"|openat|mkdirat) [^\s:]+: permission denied"
 )
-# A directory a tool tried to make and could not, where a missing parent outside the
-# writable places is the reason: Node's recursive mkdir reports a read-only root as ENOENT.
-MKDIR_MISSING = re.compile(
-    r"ENOENT: no such file or directory, mkdir '|\bmkdir [^\s:]+: no such file or directory"
-    r"|cannot create directory \S+: No such file or directory"
-)
+# A missing file or directory. Creating one outside the writable places never succeeds,
+# parent or not, and Node's recursive mkdir reports a read-only root this way.
+ENOENT = re.compile(r"No such file or directory|\bENOENT\b|no such file or directory")
+# The dynamic loader refused to map a library or program from a noexec mount.
+MAP_REFUSED = re.compile(r"failed to map segment from shared object")
 # A tool or library saying in its own words that it cannot write somewhere.
 UNWRITABLE = re.compile(
     r"\b(?:is not|isn't|not) (?:a )?writ(?:e)?able\b|\bno write permission"
@@ -57,6 +56,7 @@ EXEC_SHAPE = re.compile(
 _SHELL_SHAPE = re.compile(r"^(?:\S*/)?bash(?:: line \d+)?: (?P<path>[^:\s]+): Permission denied$")
 _SHELLS = {"sh", "bash", "dash", "zsh", "ksh", "ash", "busybox"}
 _SCRIPTS = 4  # shell scripts given with -c that are read, at the most
+_FIND_EXEC = {"-exec", "-execdir", "-ok", "-okdir"}
 # A literal program handed to a call that runs it: os.execv('/tmp/tool', ...),
 # subprocess.run(['./tool']), execFileSync('/tmp/tool'), system('/tmp/tool').
 _EXEC_CALL = re.compile(
@@ -197,9 +197,12 @@ def working_directory(argv: Sequence[str], cwd: str) -> str:
 
 
 def at_command_position(name: str, argv: Sequence[str]) -> bool:
-    """Whether the argv runs `name` as a program: it is the program, or a shell script
-    given with -c has it where a command starts (not after `>` or as an argument)."""
+    """Whether the argv runs `name` as a program: it is the program, it follows find's
+    -exec, or a shell script given with -c has it where a command starts (not after `>`
+    or as an argument)."""
     if argv and argv[0] == name:
+        return True
+    if any(flag in _FIND_EXEC and arg == name for flag, arg in itertools.pairwise(argv)):
         return True
     if not argv or posixpath.basename(argv[0]) not in _SHELLS:
         return False

@@ -7,6 +7,8 @@ read, and each line only in part (`lines`), which bounds every rule's work.
 
 from __future__ import annotations
 
+import errno
+import posixpath
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -22,8 +24,11 @@ LINE_CHARS = 2048
 ARGV_CHARS = 8192
 ARGV_ITEMS = 64
 # Whether the mounts matter: the words an exec refused with EACCES is reported in.
-_REFUSAL_WORDS = re.compile(rb"[Pp]ermission denied|EACCES|os error 13|not set as executable")
+_REFUSAL_WORDS = re.compile(
+    rb"[Pp]ermission denied|EACCES|os error 13|not set as executable|failed to map segment"
+)
 _REFUSAL_BYTES = 4096
+_PERL_ERRNOS = (errno.EACCES, errno.EROFS)
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,13 +87,20 @@ class ExecOutcome:
         """Whether this could be an exec refused on a noexec scratch mount: only then does
         the client read the sandbox's mounts (once) to set `Policy.scratch_noexec`. Each
         runtime and language words the refusal its own way (`Permission denied`, Go's
-        `permission denied`, Node's `EACCES`, Rust's `os error 13`, git's skipped hook)."""
-        if self.exit_code == 126:
+        `permission denied`, Node's `EACCES`, Rust's `os error 13`, git's skipped hook,
+        the loader's refused mapping)."""
+        if self.exit_code == 126 or self.perl_errno() == errno.EACCES:
             return True
         tails = [self.stderr[-_REFUSAL_BYTES:]]
         if self.exit_code != 0:
             tails.append(self.stdout[-_REFUSAL_BYTES:])
         return any(_REFUSAL_WORDS.search(tail) for tail in tails)
+
+    def perl_errno(self) -> int | None:
+        """The errno a perl program died of: perl's `die` exits with `$!` as its status
+        (perlfunc, die), so 13 is EACCES and 30 EROFS, whatever its message says."""
+        is_perl = bool(self.argv) and posixpath.basename(self.argv[0]).startswith("perl")
+        return self.exit_code if is_perl and self.exit_code in _PERL_ERRNOS else None
 
     def bounded_argv(self) -> tuple[str, ...]:
         """The argv as far as the rules read it: its first arguments, each cut short."""

@@ -16,6 +16,7 @@ runs it, or the one place outside the writable ones the argv writes to.
 
 from __future__ import annotations
 
+import errno
 import re
 from collections.abc import Iterator, Sequence
 
@@ -27,11 +28,12 @@ from openblox.denials.evidence import (
 )
 from openblox.denials.files import (
     EACCES,
+    ENOENT,
     EROFS,
     EXEC_FRAMES,
     EXEC_SHAPE,
     EXEC_WORDS,
-    MKDIR_MISSING,
+    MAP_REFUSED,
     SITE_PACKAGES,
     SQLITE,
     UNWRITABLE,
@@ -51,7 +53,10 @@ from openblox.denials.outcome import Found, Policy, Reading
 NOEXEC = "scratch=noexec"
 _CAUSED_BY = "Caused by:"
 _IGNORED_HOOK = re.compile(r"The '(?P<path>[^']+)' hook was ignored because it's not set as")
-SIGNALS = (EROFS, EACCES, EPERM, MKDIR_MISSING, SITE_PACKAGES, UNWRITABLE, SQLITE, _IGNORED_HOOK)
+SIGNALS = (
+    *(EROFS, EACCES, EPERM, ENOENT, MAP_REFUSED),
+    *(SITE_PACKAGES, UNWRITABLE, SQLITE, _IGNORED_HOOK),
+)
 """A line none of these match holds no refusal."""
 
 
@@ -194,11 +199,21 @@ def _own_words(reading: Reading, index: int) -> Iterator[Found]:
     policy = reading.policy
     cwd = reading.cwd
     writable = policy.writable
-    if MKDIR_MISSING.search(line):
-        # Making a directory outside the writable places never succeeds, parent or not.
+    if ENOENT.search(line):
+        # Creating a file outside the writable places never succeeds, parent or not: a
+        # write the text shows is a denial, whatever else is missing.
+        context = traceback_context(reading.lines, index)
         path = path_in(line, cwd)
-        if path is not None and not is_under(path, writable):
+        if (
+            path is not None
+            and not is_under(path, writable)
+            and write_intent(line, context, path, reading.argv_text)
+        ):
             yield _write(path, policy, line)
+    elif policy.scratch_noexec and MAP_REFUSED.search(line):
+        path = path_in(line, cwd)
+        if path is not None and is_under(path, writable):
+            yield Found("filesystem", f"load {path} as code", NOEXEC, line)
     elif SITE_PACKAGES.search(line):
         yield _write("the system site-packages", policy, line)
     elif UNWRITABLE.search(line):
@@ -217,3 +232,21 @@ def _own_words(reading: Reading, index: int) -> Iterator[Found]:
         path = resolve(hook["path"], cwd)
         if is_under(path, writable):
             yield Found("filesystem", f"exec {path}", NOEXEC, line)
+
+
+def perl_status(reading: Reading) -> Iterator[Found]:
+    """A perl program that died of EACCES or EROFS, told by its exit status when its
+    message names neither (`die "tool failed: $?"`): what the argv runs from scratch, or
+    the one place outside the writable ones it writes to."""
+    code = reading.outcome.perl_errno()
+    if code is None:
+        return
+    policy = reading.policy
+    evidence = f"perl died with exit status {code} ({errno.errorcode[code]})"
+    target = exec_target(reading.argv_text, "")
+    if code == errno.EACCES and target is not None and policy.scratch_noexec:
+        path = resolve(target, reading.cwd)
+        if is_under(path, policy.writable):
+            yield Found("filesystem", f"exec {path}", NOEXEC, evidence)
+            return
+    yield from _unnamed(reading, evidence, erofs=code == errno.EROFS)

@@ -165,7 +165,7 @@ def run(recipe: dict[str, Any]) -> dict[str, Any]:
 
 
 def transcript(recipe: dict[str, Any], recorded: dict[str, Any]) -> dict[str, Any]:
-    kept = ("id", "expect", "kind", "tool", "why", "argv")
+    kept = ("id", "expect", "kind", "held_out", "tool", "why", "argv")
     return {**{key: recipe[key] for key in kept if key in recipe}, **recorded}
 
 

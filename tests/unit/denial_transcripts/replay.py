@@ -93,12 +93,16 @@ def report() -> dict[str, Any]:
         "replayed_through": "openblox.denials.classify_exec, as the client calls it (code-exec)",
         **figures,
         "kinds": _by_kind(entries, scored),
+        "held_out": _by_kind(
+            [e for e in entries if e.get("held_out")],
+            [s for e, s in zip(entries, scored, strict=True) if e.get("held_out")],
+        ),
     }
 
 
 def main(argv: list[str]) -> int:
     figures = report()
-    print(json.dumps({k: figures[k] for k in ("overall", "kinds")}, indent=2))
+    print(json.dumps({k: figures[k] for k in ("overall", "kinds", "held_out")}, indent=2))
     if "--write" in argv:
         write_accuracy(ACCURACY, figures, TRANSCRIPTS_KEY)
     return 0
