@@ -246,6 +246,10 @@ def test_what_the_argv_opens_tells_a_read_from_a_write() -> None:
     assert denials(outcome(text, argv=read)) == []
     write = ("python3", "-c", "open('/etc/shadow', 'a').write('x')")
     assert only(outcome(text, argv=write))["attempted"] == "write /etc/shadow"
+    # shelve.open, like dbm.open, creates: it is not the built-in open's read.
+    shelve = TRACEBACK + "_dbm.error: [Errno 13] Permission denied: '/var/cache/state'\n"
+    create = ("python3", "-c", "with shelve.open('/var/cache/state') as db: db['n'] = 1")
+    assert only(outcome(shelve, argv=create))["attempted"] == "write /var/cache/state"
 
 
 def test_app_level_permission_words_are_ordinary() -> None:

@@ -230,10 +230,12 @@ def _python_source_mode(context: str) -> str | None:
 
 def _argv_intent(path: str, argv_text: str) -> bool | None:
     """What the argv does to `path`, where it says: opens it with a mode (Python's
-    open(path, 'w'), Perl's open(F, '>', path)) or redirects into it."""
+    open(path, 'w'), Perl's open(F, '>', path)) or redirects into it. Only the built-in
+    open: another module's (shelve.open, dbm.open) creates by default."""
     quoted = rf"['\"]{re.escape(path)}['\"]"
     python = re.search(
-        rf"\bopen\(\s*{quoted}\s*(?:,\s*['\"](?P<mode>[rwaxbt+]{{1,4}})['\"])?", argv_text
+        rf"(?<![\w.])open\(\s*{quoted}\s*(?:,\s*['\"](?P<mode>[rwaxbt+]{{1,4}})['\"])?",
+        argv_text,
     )
     if python:
         return any(flag in (python["mode"] or "r") for flag in "wax+")
