@@ -1,12 +1,14 @@
 """The denial classifier on real tools' failures (tests/unit/denial_transcripts): the
-figures in docs/denials-accuracy.json are the ones the corpus gives."""
+figures in docs/denials-accuracy.json and docs/denials.md are the ones the corpus gives."""
 
 from __future__ import annotations
 
 import json
 
 from tests.denial_scoring import TRANSCRIPTS_KEY
-from tests.unit.denial_transcripts.replay import ACCURACY, KINDS, load, report
+from tests.unit.denial_transcripts.replay import ACCURACY, KINDS, ROOT, load, report
+
+DENIALS_DOC = ROOT / "docs" / "denials.md"
 
 
 def test_the_corpus_is_labelled_and_holds_each_kind() -> None:
@@ -33,3 +35,20 @@ def test_no_false_denial_and_recall_of_at_least_095() -> None:
     assert figures["overall"]["false_denials_on_ordinary"] == []
     assert figures["overall"]["precision"] == 1.0
     assert figures["overall"]["recall"] >= 0.95, figures["kinds"]
+
+
+def test_the_document_quotes_the_measured_figures() -> None:
+    figures = report()
+    kinds, overall = figures["kinds"], figures["overall"]
+    hits = sum(kinds[kind]["detected"] for kind in ("noexec", "library"))
+    rows = [
+        f"(`noexec`) | {kinds['noexec']['entries']} | {kinds['noexec']['detected']} | |",
+        f"(`library`) | {kinds['library']['entries']} | {kinds['library']['detected']} | |",
+        f"(`lookalike`) | {kinds['lookalike']['entries']} | | "
+        f"{len(kinds['lookalike']['false_denials'])} |",
+        f"| **transcripts overall** | **{figures['entries']}** | "
+        f"**{hits}/{figures['policy_entries']}: recall {overall['recall']}, "
+        f"precision {overall['precision']}** | **{len(overall['false_denials_on_ordinary'])}** |",
+    ]
+    document = DENIALS_DOC.read_text()
+    assert [row for row in rows if row not in document] == []
