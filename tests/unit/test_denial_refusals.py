@@ -111,6 +111,9 @@ def test_refusals_in_scratch_that_are_not_a_program_run_stay_ordinary() -> None:
     assert denials(own_mode, NOEXEC) == []
     interpreter = outcome("deploy: permission denied for user sandbox\n", argv=("sh", "/tmp/x"))
     assert denials(interpreter, NOEXEC) == []
+    # A word in the path is not the operation.
+    named = outcome("PermissionError: [Errno 13] Permission denied: '/workspace/exec/a.csv'\n")
+    assert denials(named, NOEXEC) == []
 
 
 def test_a_program_in_the_image_refused_for_its_own_mode_is_not_a_write() -> None:

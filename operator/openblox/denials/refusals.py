@@ -91,10 +91,11 @@ def _running(reading: Reading, line: str, subject: str, context: str, raw: str |
     """Whether the text says the refused operation was running a program: the shell's
     status for it (126), words that say so, a frame of a call that runs one, a shell's
     report of one, or the argv running the named path as its program."""
+    # The path itself may hold such a word (/workspace/exec/data.csv): read around it.
+    words = f"{line}\n{subject}".replace(raw, " ") if raw else f"{line}\n{subject}"
     return bool(
         reading.outcome.exit_code == 126
-        or EXEC_WORDS.search(line)
-        or EXEC_WORDS.search(subject)
+        or EXEC_WORDS.search(words)
         or EXEC_FRAMES.search(context)
         or EXEC_SHAPE.match(line)
         or (raw is not None and at_command_position(raw, reading.argv))
@@ -160,7 +161,7 @@ def _in_scratch(
     elif erofs and not raw.startswith("/"):
         # The writable places are never read-only: the path is relative to elsewhere.
         yield _write(raw, policy, line)
-    elif policy.scratch_noexec and running:
+    elif policy.scratch_noexec and running and not erofs:
         # A bare name was found on PATH: a directory the program put there, in scratch.
         what = f"exec {raw} (found on PATH)" if "/" not in raw else f"exec {path}"
         yield Found("filesystem", what, NOEXEC, line)
