@@ -5,11 +5,16 @@ corpus (tests/unit/denial_transcripts) recorded them."""
 
 from __future__ import annotations
 
+import re
 import time
+from collections.abc import Iterator
 from dataclasses import replace
+from types import ModuleType
 
 import pytest
 
+from openblox.denials import classify, evidence, files, refusals
+from openblox.denials import outcome as outcome_module
 from tests.unit.test_denials import POLICY, TRACEBACK, denials, only, outcome
 
 NOEXEC = replace(POLICY, scratch_noexec=True)
@@ -282,3 +287,33 @@ def test_hostile_output_is_read_in_bounded_time() -> None:
         started = time.monotonic()
         denials(seen, NOEXEC)
         assert time.monotonic() - started < 3, text[:40]
+
+
+def _patterns(value: object) -> Iterator[re.Pattern[str] | re.Pattern[bytes]]:
+    if isinstance(value, re.Pattern):
+        yield value
+    elif isinstance(value, tuple):
+        for item in value:
+            yield from _patterns(item)
+
+
+MODULES: tuple[ModuleType, ...] = (classify, evidence, files, outcome_module, refusals)
+# Repeats of what the patterns look for, with the closing part they wait for left out: a
+# pattern that backtracks takes seconds on one of these, 2 KiB long (outcome.LINE_CHARS).
+UNITS = ("`a/", "/", "\u2018/", "'/", "run(", "\t", " ", "su: ", "setting key ", "a/", ": ")
+
+
+def test_no_pattern_backtracks_on_a_hostile_line() -> None:
+    lines = [(unit * 2048)[:2048] for unit in UNITS]
+    lines += [(head + tail * 2048)[:2048] for head in UNITS for tail in UNITS]
+    patterns = {id(p): p for module in MODULES for v in vars(module).values() for p in _patterns(v)}
+    assert len(patterns) > 50
+    slow = []
+    for pattern in patterns.values():
+        for line in lines:
+            text = line.encode() if isinstance(pattern.pattern, bytes) else line
+            started = time.monotonic()
+            pattern.search(text)  # type: ignore[arg-type]
+            if time.monotonic() - started > 0.25:
+                slow.append((pattern.pattern, line[:20]))
+    assert slow == []

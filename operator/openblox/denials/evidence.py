@@ -28,8 +28,9 @@ DNS_FAILURE = re.compile(
 EPERM = re.compile(r"Operation not permitted|EPERM\b")
 PRIVILEGE_WORDS = re.compile(
     r"must be superuser|must be root|you must be root|Authentication failure"
-    r"|not in the sudoers|sudo: (?:command )?not found|sudo: not found|\bsu: .*(?:failure|denied)"
-    r"|cannot set niceness|setting key .*(?:Invalid argument|Permission denied|Read-only)"
+    r"|not in the sudoers|sudo: (?:command )?not found|sudo: not found"
+    r"|\bsu: .{0,200}?(?:failure|denied)"
+    r"|cannot set niceness|setting key .{0,200}?(?:Invalid argument|Permission denied|Read-only)"
     r"|permission denied on key|Only root can|requires root|need to be root"
 )
 ENOSPC = re.compile(r"No space left on device|ENOSPC|Disk quota exceeded|EDQUOT")

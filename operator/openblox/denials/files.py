@@ -3,9 +3,10 @@ scratch cause, in the words tools really print them, and readers that pull out t
 whether it was written, and whether it was run. Pure: no I/O. refusals.py decides which of
 these make a denial.
 
-Every pattern here is linear: no nested or adjacent unbounded repeats that could match
-the same text, so a hostile line costs time in proportion to its length (which
-outcome.lines bounds).
+No pattern here backtracks over what it has read: no nested or adjacent unbounded
+repeats that could match the same text (possessive `*+` where they would), so a
+hostile line costs time in proportion to its length, which outcome.lines bounds
+(tests/unit/test_denial_refusals.py tries each pattern on hostile lines).
 """
 
 from __future__ import annotations
@@ -61,7 +62,7 @@ _FIND_EXEC = {"-exec", "-execdir", "-ok", "-okdir"}
 # subprocess.run(['./tool']), execFileSync('/tmp/tool'), system('/tmp/tool').
 _EXEC_CALL = re.compile(
     r"\b(?:exec[lv]p?e?|spawn\w*|Popen|run|call|check_call|check_output|execFile\w*"
-    r"|system)\(\s*\[?\s*['\"](?P<path>[^'\"\s]+)"
+    r"|system)\(\s*+\[?\s*+['\"](?P<path>[^'\"\s]+)"
 )
 _CD_PREFIX = re.compile(r"^\s*cd\s+(?P<dir>/[^\s;&|]*)\s*(?:&&|;)")
 _DIRECTORY_FLAG = re.compile(r"(?:^|\s)(?:-C\s*|--directory[= ])(?P<dir>/[^\s;&|]+)")
@@ -107,7 +108,7 @@ _PATH_PATTERNS = (
     _SHELL_SHAPE,
     re.compile(r"'(?P<path>[^']+)'\s*->\s*'(?P<dest>[^']+)'"),
     re.compile(r"\[Errno \d+\] [^:]+: '(?P<path>[^']+)'"),
-    re.compile(r"[\u2018'\"](?P<path>/[^\u2019'\"]*)[\u2019'\"]"),
+    re.compile(r"[\u2018'\"](?P<path>/[^\u2018\u2019'\"]*+)[\u2019'\"]"),
     re.compile(r"(?:^|[\s(])(?P<path>/[^\s:'\"()]+):"),
     re.compile(r"cannot create (?P<path>[^\s:]+):"),
     re.compile(r"\bspawn(?:Sync)? (?P<path>\S+) E[A-Z]+"),
@@ -117,12 +118,12 @@ _PATH_PATTERNS = (
         r"(?:Permission denied|Read-only)"
     ),
     # Rust and cargo quote a path in backticks; one without a slash is code, not a path.
-    re.compile(r"`(?P<path>[^`\s]*/[^`\s]*)[^`]*`"),
+    re.compile(r"`(?P<path>[^`\s/]*+/[^`\s]*+)[^`]*+`"),
     re.compile(r"(?:^|\s)(?P<path>/[^\s:'\"()]+)$"),
 )
 # Paths a tool names in its own words: quoted or in parentheses first, then bare.
 _NAMED_PATHS = (
-    re.compile(r"[\u2018'\"`(](?P<path>/[^\u2019'\"`()\s]*)[\u2019'\"`)]"),
+    re.compile(r"[\u2018'\"`(](?P<path>/[^\u2018\u2019'\"`()\s]*+)[\u2019'\"`)]"),
     re.compile(r"(?<![\w.:/~-])(?P<path>/[^\s'\"`()\[\]{}<>,;:]*)"),
 )
 _ARGV_PATH = re.compile(r"(?<![\w.:/~-])(?P<path>/[^\s'\"`()\[\]{}<>,;:]+)")
