@@ -26,6 +26,7 @@ from openblox.client.cluster import sandboxes_path
 from openblox.denials import CATEGORIES, SCHEMA, Denial
 from tests.cluster.kube import Kube
 from tests.cluster.sandboxes import opted_in_namespace
+from tests.denial_scoring import Scored, accuracy, write_accuracy
 
 pytestmark = pytest.mark.cluster
 
@@ -222,62 +223,24 @@ def corpus_run(operator: Kube, client: Client, shared: Sandbox) -> dict[str, Obs
 
 
 def score(results: dict[str, Observed]) -> dict[str, Any]:
-    """Per-category and overall precision and recall; `none` entries count as negatives."""
-    observed = [o for key, o in results.items() if not key.startswith("_")]
-    per: dict[str, dict[str, Any]] = {}
-    for category in CATEGORIES:
-        expected = [o for o in observed if o.entry["expect"] == category]
-        predicted = [o for o in observed if category in o.categories]
-        hits = [o for o in expected if category in o.categories]
-        per[category] = {
-            "entries": len(expected),
-            "true_positives": len(hits),
-            "false_positives": len(predicted) - len(hits),
-            "false_negatives": len(expected) - len(hits),
-            "precision": round(len(hits) / len(predicted), 4) if predicted else None,
-            "recall": round(len(hits) / len(expected), 4) if expected else None,
-            "missed": sorted(o.entry["id"] for o in expected if category not in o.categories),
-            "false": sorted(o.entry["id"] for o in predicted if o.entry["expect"] != category),
-        }
-    true_positives = sum(p["true_positives"] for p in per.values())
-    predicted_total = sum(p["true_positives"] + p["false_positives"] for p in per.values())
-    expected_total = sum(p["entries"] for p in per.values())
-    ordinary = [o for o in observed if o.entry["expect"] == "none"]
-    with_attempted = [o for o in observed if o.entry.get("attempted")]
-    attempted_hits = [
-        o for o in with_attempted if any(o.entry["attempted"] in r.attempted for r in o.records)
+    """Per-category and overall precision and recall (tests/denial_scoring.py), with what
+    this run was."""
+    scored = [
+        Scored(o.entry["id"], o.entry["expect"], tuple(o.records), o.entry.get("attempted"))
+        for key, o in results.items()
+        if not key.startswith("_")
     ]
+    figures = accuracy(scored)
     return {
         "schema": SCHEMA,
         "measured_at": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "corpus": str(CORPUS.relative_to(ROOT)),
         "profile": "code-exec",
         "runtime": "gvisor",
-        "entries": len(observed),
-        "policy_entries": expected_total,
-        "ordinary_entries": len(ordinary),
-        "overall": {
-            "precision": round(true_positives / predicted_total, 4) if predicted_total else None,
-            "recall": round(true_positives / expected_total, 4) if expected_total else None,
-            "false_denials_on_ordinary": sorted(o.entry["id"] for o in ordinary if o.records),
-        },
-        "attempted_extracted": {
-            "checked": len(with_attempted),
-            "matched": len(attempted_hits),
-            "missed": sorted(o.entry["id"] for o in with_attempted if o not in attempted_hits),
-        },
-        "inferred_share": _inferred_share(observed),
+        **{key: figures[key] for key in ("entries", "policy_entries", "ordinary_entries")},
+        **{key: figures[key] for key in ("overall", "attempted_extracted", "inferred_share")},
         "seconds": round(results["_seconds"].extra["s"], 1) if "_seconds" in results else None,
-        "categories": per,
-    }
-
-
-def _inferred_share(observed: list[Observed]) -> dict[str, int]:
-    records = [r for o in observed for r in o.records]
-    return {
-        "records": len(records),
-        "inferred": sum(1 for r in records if r.inferred),
-        "not_inferred": sum(1 for r in records if not r.inferred),
+        "categories": figures["categories"],
     }
 
 
@@ -294,7 +257,7 @@ def test_corpus_is_big_enough_and_labelled() -> None:
 
 def test_corpus_precision_and_recall(corpus_run: dict[str, Observed]) -> None:
     report = score(corpus_run)
-    ACCURACY.write_text(json.dumps(report, indent=2, sort_keys=False) + "\n")
+    write_accuracy(ACCURACY, report)
     per = report["categories"]
     wrong = {c: p["false"] for c, p in per.items() if p["false_positives"]}
     assert wrong == {}, f"false denials: {wrong}"

@@ -266,7 +266,7 @@ class AsyncSandbox:
         """The ExecResult, with the policies the command ran into (docs/denials.md)."""
         now = datetime.now(UTC)
         policy = Policy(profile=self.profile, processes=self.exec_limits.processes)
-        if outcome.exit_code == 126 or b"Permission denied" in outcome.stderr[-4096:]:
+        if outcome.may_be_refused_exec():
             policy = replace(policy, scratch_noexec=await self._scratch_noexec(policy.writable))
         denials = classify_exec(outcome, policy, now)
         if any(d.denied in ("memory", "disk") for d in denials):

@@ -251,7 +251,7 @@ class Sandbox:
         """The ExecResult, with the policies the command ran into (docs/denials.md)."""
         now = datetime.now(UTC)
         policy = Policy(profile=self.profile, processes=self.exec_limits.processes)
-        if outcome.exit_code == 126 or b"Permission denied" in outcome.stderr[-4096:]:
+        if outcome.may_be_refused_exec():
             # Only for a refusal does it matter whether the scratch mounts are noexec
             # (they are where the node runs the NRI plugin); read once per Sandbox.
             policy = replace(policy, scratch_noexec=self._scratch_noexec(policy.writable))

@@ -5,13 +5,9 @@ operator builds records for what it sees outside a call (an OOM-killed pod, a re
 sandbox), and both use the one record shape. See docs/denials.md.
 """
 
-from openblox.denials.classify import (
-    ExecOutcome,
-    Policy,
-    classify_exec,
-    scratch_mounted_noexec,
-)
+from openblox.denials.classify import classify_exec
 from openblox.denials.observed import admission_denial, lifetime_denial, pod_denial
+from openblox.denials.outcome import ExecOutcome, Policy, scratch_mounted_noexec
 from openblox.denials.record import (
     CATEGORIES,
     SCHEMA,

@@ -1,16 +1,17 @@
 """What a guest's error text says it tried: the patterns of the errors a sandbox's policy
-causes, and readers that pull an address, a host name, a path, a write or a privileged
-operation out of a line or its traceback. Pure: no I/O. The classifier (classify.py)
-decides which of these make a denial.
+causes, and readers that pull an address, a host name or a privileged operation out of a
+line or its traceback (files.py reads paths and what was done to them). Pure: no I/O. The
+classifier (classify.py) decides which of these make a denial.
 """
 
 from __future__ import annotations
 
-import posixpath
 import re
 from collections.abc import Sequence
 
 _TRACEBACK_WINDOW = 60
+# The end of a long traceback is read: the frames nearest the error say what failed.
+_CONTEXT_CHARS = 8192
 
 UNREACHABLE = re.compile(
     r"Network is unreachable|No route to host|ENETUNREACH|EHOSTUNREACH|network is unreachable"
@@ -24,13 +25,12 @@ DNS_FAILURE = re.compile(
     r"|Resolving \S+ \S*\s*failed|Temporary failure resolving|nodename nor servname"
     r"|\[Errno -[235]\]"
 )
-EROFS = re.compile(r"Read-only file system|EROFS")
-EACCES = re.compile(r"Permission denied|EACCES")
 EPERM = re.compile(r"Operation not permitted|EPERM\b")
 PRIVILEGE_WORDS = re.compile(
     r"must be superuser|must be root|you must be root|Authentication failure"
-    r"|not in the sudoers|sudo: (?:command )?not found|sudo: not found|\bsu: .*(?:failure|denied)"
-    r"|cannot set niceness|setting key .*(?:Invalid argument|Permission denied|Read-only)"
+    r"|not in the sudoers|sudo: (?:command )?not found|sudo: not found"
+    r"|\bsu: .{0,200}?(?:failure|denied)"
+    r"|cannot set niceness|setting key .{0,200}?(?:Invalid argument|Permission denied|Read-only)"
     r"|permission denied on key|Only root can|requires root|need to be root"
 )
 ENOSPC = re.compile(r"No space left on device|ENOSPC|Disk quota exceeded|EDQUOT")
@@ -50,40 +50,6 @@ MEMORY_ERROR = re.compile(
 )
 # How shells report a child that died of SIGKILL: dash "Killed", bash "line 1:  42 Killed  cmd".
 KILLED = re.compile(r"^(?:Killed|(?:\S+:\s+)?(?:line \d+:\s+)?\d+\s+Killed\b.*)$")
-
-# What the operation was, when the text says: a reader failing on a root-only file is
-# ordinary Unix permissions, not the read-only root.
-_READ_TOOLS = re.compile(
-    r"^(?:\S*/)?(?:cat|head|tail|less|more|grep|egrep|fgrep|ls|find|du|wc|sort|uniq|diff"
-    r"|cmp|stat|od|xxd|hexdump|md5sum|sha\d+sum|file|strings|tac|nl|cut|awk|sed|python3?"
-    r"|source|\.)(?:: |\[\d+\]: )(?!cannot create|cannot remove|couldn't edit|couldn't open "
-    r"temporary)"
-)
-_READ_INTENT = re.compile(
-    r"can't open file|cannot open directory|cannot access|cannot read|can't read"
-    r"|cannot open '[^']*' for reading|read_text|read_bytes|listdir|scandir|iterdir"
-    r"|opendir|couldn't read"
-)
-_WRITE_INTENT = re.compile(
-    r"cannot create|cannot touch|cannot remove|cannot move|cannot overwrite|cannot make"
-    r"|cannot open '[^']*' for writing|error writing|failed to create|cannot link"
-    r"|couldn't edit|couldn't open temporary|write_text|write_bytes|makedirs|mkdir|touch"
-    r"|copyfile|copy2|copytree|rename|replace|symlink|unlink|rmtree|\bchmod\b|utime"
-    r"|Could not install packages|mkstemp|NamedTemporaryFile"
-)
-_OPEN_CALL = re.compile(r"\bopen\((?P<args>[^()\n]*)\)?")
-_MODE_ARGUMENT = re.compile(r"['\"](?P<mode>[rwaxbt+]{1,4})['\"]")
-# Frames of a Python traceback ("  File ..., line N, in write_text") that say what the
-# failing call was for.
-_WRITE_FRAMES = re.compile(
-    r", in (?:write_text|write_bytes|mkdir|makedirs|touch|copyfile|copy2?|copytree|move"
-    r"|rename|replace|symlink_to|hardlink_to|unlink|rmtree|_mkstemp_inner|mkstemp|mkdtemp"
-    r"|NamedTemporaryFile|TemporaryFile|chmod|utime|savetxt|to_csv|dump)\b"
-)
-_READ_FRAMES = re.compile(
-    r", in (?:read_text|read_bytes|listdir|scandir|iterdir|walk|glob|rglob|load|loadtxt"
-    r"|read_csv|stat|exists)\b"
-)
 
 # Where the attempted address or name is, in the messages common tools print.
 _ADDRESS_PATTERNS = (
@@ -111,17 +77,6 @@ _NAME_PATTERNS = (
 _DEFAULT_PORTS = {"http": 80, "https": 443, "ws": 80, "wss": 443, "ftp": 21}
 _LOOPBACK = re.compile(r"^(?:127\.|localhost$|::1$|\[::1\]$|0\.0\.0\.0$)")
 
-_PATH_PATTERNS = (
-    re.compile(r"'(?P<path>[^']+)'\s*->\s*'(?P<dest>[^']+)'"),
-    re.compile(r"\[Errno \d+\] [^:]+: '(?P<path>[^']+)'"),
-    re.compile(r"[\u2018'\"](?P<path>/[^\u2019'\"]*)[\u2019'\"]"),
-    re.compile(r"(?:^|[\s(])(?P<path>/[^\s:'\"()]+):"),
-    re.compile(r"cannot create (?P<path>[^\s:]+):"),
-    re.compile(
-        r"[\u2018'\"](?P<path>[^\u2019'\"/][^\u2019'\"]*)[\u2019'\"]: "
-        r"(?:Permission denied|Read-only)"
-    ),
-)
 _TRACEBACK_START = "Traceback (most recent call last):"
 
 
@@ -137,20 +92,7 @@ def traceback_context(lines: Sequence[str], index: int) -> str:
             break
     else:
         start = max(0, index - 2)
-    return "\n".join(lines[start : index + 1])
-
-
-def is_under(path: str, roots: Sequence[str]) -> bool:
-    return any(path == root or path.startswith(root.rstrip("/") + "/") for root in roots)
-
-
-def path_in(line: str, cwd: str) -> str | None:
-    for pattern in _PATH_PATTERNS:
-        match = pattern.search(line)
-        if match:
-            path = match.groupdict().get("dest") or match["path"]
-            return posixpath.normpath(posixpath.join(cwd, path))
-    return None
+    return "\n".join(lines[start : index + 1])[-_CONTEXT_CHARS:]
 
 
 def address_in(texts: Sequence[str]) -> str | None:
@@ -178,35 +120,6 @@ def host_name_in(texts: Sequence[str]) -> str | None:
                 host = match["host"]
                 if not _LOOPBACK.match(host) and not re.fullmatch(r"[\d.]+", host):
                     return host
-    return None
-
-
-def _python_source_mode(context: str) -> str | None:
-    """The mode of the first `open(...)` a traceback's source lines show ('r' when the
-    call gives none), or None if no call can be read (none shown, or a mode variable)."""
-    for match in _OPEN_CALL.finditer(context):
-        arguments = match["args"]
-        mode = _MODE_ARGUMENT.search(arguments)
-        if mode:
-            return mode["mode"]
-        if "," not in arguments and "mode" not in arguments:
-            return "r"
-    return None
-
-
-def write_intent(line: str, context: str) -> bool | None:
-    """True for evidently a write, False for evidently a read, None when the text can't say."""
-    if _WRITE_INTENT.search(line):
-        return True
-    if _READ_TOOLS.search(line) or _READ_INTENT.search(line):
-        return False
-    if _WRITE_FRAMES.search(context):
-        return True
-    if _READ_FRAMES.search(context):
-        return False
-    mode = _python_source_mode(context)
-    if mode is not None:
-        return any(flag in mode for flag in "wax+")
     return None
 
 
