@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import json
 import os
 import signal
 import subprocess
@@ -23,12 +24,15 @@ from pathlib import Path
 
 import pytest
 
+from openblox.timestamps import parse_timestamp
 from tests.cluster.kube import Kube
 from tests.cluster.sandboxes import (
     extra_profiles,
+    get_sandbox,
     opted_in_namespace,
     pod_of,
     profile_yaml,
+    ready_condition,
     sandbox,
     wait_for,
     wait_reason,
@@ -139,15 +143,38 @@ def _objects_of_a_user(kube: Kube, prefix: str) -> Iterator[Made]:
         )
 
 
-def _all_there_and_ready_again(kube: Kube, made: Made) -> None:
+def _started_since(kube: Kube, namespace: str, since: float) -> str | None:
+    """The Sandbox's pod, once it reads Ready with its container started after `since`
+    (a status written before the restart still says Ready until the operator is back)."""
+    body = get_sandbox(kube, "kept", namespace) or {}
+    name = (body.get("status") or {}).get("podName")
+    if not name or ready_condition(body).get("reason") != "Ready":
+        return None
+    found = kube.kubectl("get", "pod", name, "-n", namespace, "-o", "json", check=False)
+    if found.returncode != 0:
+        return None
+    for status in json.loads(found.stdout).get("status", {}).get("containerStatuses") or []:
+        started = (status.get("state") or {}).get("running", {}).get("startedAt")
+        fresh = started and parse_timestamp(started).timestamp() >= since - 1
+        if status.get("name") == "sandbox" and status.get("ready") and fresh:
+            return str(name)
+    return None
+
+
+def _all_there_and_ready_again(kube: Kube, made: Made, since: float) -> None:
     labels = kube.get("namespace", made.namespace)["metadata"]["labels"]
     assert labels.get("openblox.sh/sandboxes") == "enabled"
     assert kube.get("configmap", "mine", made.namespace)["data"] == made.config
     profiles = kube.get("configmap", "openblox-profiles", "openblox-system")["data"]
     assert made.profile in profiles
-    body = wait_reason(kube, "kept", made.namespace, "Ready", 300)
+    pod = wait_for(
+        "the Sandbox Ready again in a pod started since the restart",
+        lambda: _started_since(kube, made.namespace, since),
+        300,
+        every=2,
+    )
+    body = get_sandbox(kube, "kept", made.namespace) or {}
     assert body["metadata"]["uid"] == made.sandbox_uid, "the Sandbox was made again, not kept"
-    pod = pod_of(kube, "kept", made.namespace)
     # Its pod died with the node's processes: it was replaced, and what lived in its
     # memory-backed /workspace went with it (docs/production.md, "Restarts").
     found = kube.exec(pod, made.namespace, "cat", "/workspace/file", container="sandbox")
@@ -164,13 +191,14 @@ def _wait_for_the_api(kube: Kube) -> None:
 
 def test_make_down_then_make_up_loses_no_object(embedded: Kube) -> None:
     with _objects_of_a_user(embedded, "t-down-up") as made:
+        since = time.time()
         down = _cluster("down")
         assert down.returncode == 0, down.stderr
         assert "objects are kept" in down.stderr
         up = _up()
         assert up.returncode == 0, up.stderr
         _wait_for_the_api(embedded)
-        _all_there_and_ready_again(embedded, made)
+        _all_there_and_ready_again(embedded, made, since)
 
 
 def _kill_daemons() -> None:
@@ -183,19 +211,21 @@ def test_every_component_killed_at_once_loses_no_object(embedded: Kube) -> None:
     """As a power cut or a killed CI job leaves them: stale pid files, mounts of dead
     pods, CNI leases. `up` simply works, and starts etcd on the same data."""
     with _objects_of_a_user(embedded, "t-crash") as made:
+        since = time.time()
         _kill_daemons()
         time.sleep(1)
         result = _up()
         assert result.returncode == 0, result.stderr
         assert "cluster is up" in result.stderr
         _wait_for_the_api(embedded)
-        _all_there_and_ready_again(embedded, made)
+        _all_there_and_ready_again(embedded, made, since)
 
 
 def test_a_reboot_loses_no_object(embedded: Kube) -> None:
     """Every process of the node gone (daemons, shims, sandboxes) and every mount under
     its directories with them; etcd's data kept, as a disk keeps it."""
     with _objects_of_a_user(embedded, "t-reboot") as made:
+        since = time.time()
         _kill_daemons()
         for pattern in ("containerd-shim-run", "runsc"):
             subprocess.run(["pkill", "-KILL", "-f", pattern], check=False)
@@ -210,7 +240,7 @@ def test_a_reboot_loses_no_object(embedded: Kube) -> None:
         result = _up()
         assert result.returncode == 0, result.stderr
         _wait_for_the_api(embedded)
-        _all_there_and_ready_again(embedded, made)
+        _all_there_and_ready_again(embedded, made, since)
 
 
 # --- the parts of `up` that recover a node, on a node of their own -------------------------
