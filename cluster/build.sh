@@ -131,17 +131,19 @@ build_runsc_shim() {
   rm -rf "$work"
 }
 
-# containerd, its runc shim and ctr, built inside the module itself (its go.mod has
-# exclude directives, which `go install mod@version` refuses).
+# containerd 2, its runc shim and ctr, built inside the module itself with the build tags
+# of its own Makefile (no btrfs, devmapper or zfs snapshotters: this node uses overlayfs).
 build_containerd() {
+  [[ $CONTAINERD_VERSION == v2.* ]] ||
+    { echo "containerd $CONTAINERD_VERSION: the node's configuration is containerd 2's (version 3); pin a v2 release" >&2; return 1; }
   local out=$CACHE/containerd-$CONTAINERD_VERSION
   [[ -f $out/.done ]] && { log "containerd $CONTAINERD_VERSION cached"; return; }
   log "building containerd $CONTAINERD_VERSION"
-  local src; src=$(go mod download -json "github.com/containerd/containerd@$CONTAINERD_VERSION" |
+  local src; src=$(go mod download -json "github.com/containerd/containerd/v2@$CONTAINERD_VERSION" |
     python3 -c 'import json,sys; print(json.load(sys.stdin)["Dir"])')
   rm -rf "$out"; mkdir -p "$out"
-  (cd "$src" && go build -trimpath -tags "no_btrfs no_devmapper no_zfs" \
-    -ldflags "-s -w -X github.com/containerd/containerd/version.Version=$CONTAINERD_VERSION" \
+  (cd "$src" && go build -trimpath -tags "no_btrfs no_devmapper no_zfs urfave_cli_no_docs" \
+    -ldflags "-s -w -X github.com/containerd/containerd/v2/version.Version=$CONTAINERD_VERSION" \
     -o "$out/" ./cmd/containerd ./cmd/containerd-shim-runc-v2 ./cmd/ctr)
   touch "$out/.done"
 }

@@ -50,6 +50,12 @@ ANNOTATION_PROFILE_DIGEST: Final = "openblox.sh/profile-digest"
 # it enforce the pod's seccomp profile inside the sandbox (docs/adr/0007).
 ANNOTATION_PROCESSES: Final = "openblox.sh/processes"
 ANNOTATION_RUNSC_OCI_SECCOMP: Final = "dev.gvisor.flag.oci-seccomp"
+# On sandbox pods: NRI's default validator (containerd 2, docs/adr/0016) refuses to create
+# the sandbox container unless these plugins took part in creating it, so a node whose
+# openblox plugin crashed, timed out or is missing fails the container instead of
+# starting it without noexec scratch and the process cap. Inert where no validator runs.
+ANNOTATION_NRI_REQUIRED_PLUGINS: Final = "required-plugins.noderesource.dev/container.sandbox"
+NRI_PLUGIN_NAME: Final = "openblox"
 # Relative to the kubelet's seccomp directory; the file is cluster/seccomp/sandbox.json.
 SECCOMP_LOCALHOST_PROFILE: Final = "openblox/sandbox.json"
 # On a warm pool pod once the operator's boundary probe saw its profile's boundary; only
