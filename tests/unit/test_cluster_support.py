@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -9,6 +10,9 @@ import pytest
 from openblox.models.cluster_support import (
     ADMISSION_GROUP_VERSION,
     ADMISSION_POLICY_RESOURCES,
+    MINIMUM_CONTAINERD_MAJOR,
+    MINIMUM_KUBERNETES,
+    MINIMUM_KUBERNETES_TEXT,
     QUOTED_CHARACTERS,
     Problem,
     Severity,
@@ -19,7 +23,7 @@ from openblox.models.cluster_support import (
     server_findings,
     warnings,
 )
-from openblox.names import LABEL_GVISOR_NODE
+from openblox.names import LABEL_GVISOR_NODE, RUNTIME_HANDLER_GVISOR
 
 SERVER = "https://10.0.0.1:6443"
 SERVED: dict[str, Any] = {
@@ -319,3 +323,62 @@ def test_errors_and_warnings_split_the_findings() -> None:
     assert [f.problem for f in errors(findings)] == [Problem.CONTAINERD_TOO_OLD]
     assert [f.problem for f in warnings(findings)] == [Problem.HANDLERS_NOT_REPORTED]
     assert refusal(warnings(findings), "x") is None
+
+
+# ------------------------------------------------------------------ what the documents say
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def pinned() -> dict[str, str]:
+    """cluster/versions.env, KEY=VALUE a line."""
+    pins = {}
+    for line in (REPO / "cluster" / "versions.env").read_text().splitlines():
+        key, equals, value = line.partition("=")
+        if equals and not line.startswith("#"):
+            pins[key.strip()] = value.strip().strip('"')
+    return pins
+
+
+def flat(text: str) -> str:
+    return " ".join(text.split())
+
+
+def readme_requirements() -> str:
+    readme = (REPO / "README.md").read_text()
+    section = readme.split("\n## Requirements\n", 1)[1].split("\n## ", 1)[0]
+    return flat(section)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [readme_requirements(), flat((REPO / "docs" / "k3s.md").read_text())],
+    ids=["README.md", "docs/k3s.md"],
+)
+def test_the_documents_state_the_minimum_the_checks_enforce(text: str) -> None:
+    assert f"{MINIMUM_KUBERNETES_TEXT} or newer" in text
+    assert f"containerd {MINIMUM_CONTAINERD_MAJOR}.0 or newer" in text
+    assert f"`{RUNTIME_HANDLER_GVISOR}` handler" in text
+
+
+def test_the_readme_names_where_the_minimum_comes_from_and_who_is_checked() -> None:
+    text = readme_requirements()
+    assert f"ValidatingAdmissionPolicy `{ADMISSION_GROUP_VERSION}`" in text
+    assert f"`{LABEL_GVISOR_NODE}=true`" in text
+    assert "`UnsupportedKubernetes`" in text
+
+
+@pytest.mark.skipif(
+    pinned()["CONTAINERD_VERSION"].startswith("v1."),
+    reason="the project's clusters still pin containerd 1.x; the move to containerd 2 "
+    "(issue 32) has not landed on this branch",
+)
+def test_the_projects_own_clusters_meet_the_minimum_and_the_readme_names_them() -> None:
+    kubernetes, containerd = pinned()["KUBERNETES_VERSION"], pinned()["CONTAINERD_VERSION"]
+    found = kubernetes_version({"gitVersion": kubernetes})
+    assert found is not None
+    assert found >= MINIMUM_KUBERNETES
+    assert errors(node_findings(nodes(node(runtime=f"containerd://{containerd}")))) == []
+    text = readme_requirements()
+    assert f"Kubernetes {kubernetes}" in text
+    assert f"containerd {containerd}" in text
