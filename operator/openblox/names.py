@@ -65,6 +65,12 @@ ANNOTATION_BOUNDARY: Final = "openblox.sh/boundary"
 NETWORK_POLICY_NAME: Final = "openblox-default-deny"
 
 RUNTIME_CLASS_GVISOR: Final = "gvisor"
+# The gvisor RuntimeClass's handler (runtimeclasses/gvisor.yaml): the name each gVisor
+# node's containerd gives its runsc runtime.
+RUNTIME_HANDLER_GVISOR: Final = "runsc"
+# Admins put it (value "true") on the nodes that have that handler; the RuntimeClass's
+# nodeSelector schedules gVisor pods only there.
+LABEL_GVISOR_NODE: Final = "openblox.sh/gvisor"
 RUNTIME_CLASS_KATA: Final = "kata"
 # Ordered weakest to strongest; runc is never approved for untrusted code.
 APPROVED_RUNTIME_CLASSES: Final = (RUNTIME_CLASS_GVISOR, RUNTIME_CLASS_KATA)
@@ -120,3 +126,7 @@ class Reason(StrEnum):
 
     # The reason of the Event that carries a denial record (docs/denials.md) as its message.
     DENIED = "Denied"
+
+    # On the operator's own Pod: the API server is older than openblox supports, or does
+    # not serve an API it needs; the operator waits instead of starting.
+    UNSUPPORTED_KUBERNETES = "UnsupportedKubernetes"
