@@ -208,10 +208,10 @@ start_containerd() {
 # does not know, and a containerd 1.x left running on the socket reads none of it.
 check_containerd() {
   local crictl=("$BIN/crictl" --runtime-endpoint "unix://$CONTAINERD_SOCK")
-  local version; version=$("${crictl[@]}" version | sed -n 's/^RuntimeVersion:[[:space:]]*//p')
+  local version; version=$("${crictl[@]}" version 2>/dev/null | sed -n 's/^RuntimeVersion:[[:space:]]*//p')
   [[ $version == v2.* ]] ||
     die "containerd on $CONTAINERD_SOCK is ${version:-of no known version}; this node needs containerd 2 (cluster/versions.env)"
-  "${crictl[@]}" info -o json | "$PYTHON" "$here/containerd_handlers.py" runsc "$STATE/config/containerd.toml" ||
+  "${crictl[@]}" info -o json 2>/dev/null | "$PYTHON" "$here/containerd_handlers.py" runsc "$STATE/config/containerd.toml" ||
     die "containerd's configuration did not take"
 }
 

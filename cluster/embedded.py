@@ -79,15 +79,16 @@ def ensure_cluster() -> str:
                 f"KUBECONFIG={given} does not answer; unset it to use the embedded cluster"
             )
         return given
-    if not reachable(str(EMBEDDED_KUBECONFIG)):
-        started = subprocess.run(
-            [str(REPO / "cluster" / "cluster.sh"), "up"],
-            check=False,
-            env={**os.environ, "PYTHON": sys.executable},
-        )
-        if started.returncode != 0:
-            # cluster.sh has said what is wrong, and what to do; no traceback on top.
-            raise SystemExit(started.returncode)
+    # Always through `cluster.sh up`, which is quick on a running node: a component whose
+    # pinned version changed since it started is restarted on its new binary there.
+    started = subprocess.run(
+        [str(REPO / "cluster" / "cluster.sh"), "up"],
+        check=False,
+        env={**os.environ, "PYTHON": sys.executable},
+    )
+    if started.returncode != 0:
+        # cluster.sh has said what is wrong, and what to do; no traceback on top.
+        raise SystemExit(started.returncode)
     return str(EMBEDDED_KUBECONFIG)
 
 
