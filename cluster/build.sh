@@ -77,7 +77,7 @@ go_install() {
 }
 
 # gVisor's containerd shim (package gvisor.dev/gvisor/shim), built from the same module
-# version with four local changes (docs/adr/0004, docs/adr/0012, docs/adr/0013):
+# version with five local changes (docs/adr/0004, docs/adr/0012, docs/adr/0013):
 # - it sets its own oom_score_adj to -999, which needs CAP_SYS_RESOURCE, and root on this
 #   kind of machine does not have it; the patched shim keeps the score it inherits from
 #   containerd instead;
@@ -88,7 +88,9 @@ go_install() {
 #   (pkg/shim/v1/runsc/pause_rootfs.go), so that container has no gofer (about 5 MiB);
 # - its copy of runsc/specutils/seccomp has no syscall table
 #   (runsc/specutils/seccomp/no_syscall_table.go), so the shim does not carry the
-#   Sentry's kernel packages (about 1 MiB of heap each).
+#   Sentry's kernel packages (about 1 MiB of heap each);
+# - a shim still serving a pod's other container answers Shutdown with an empty message,
+#   not a nil one that ttrpc cannot send (containerd 2 fails the task's delete on it).
 # Each file under cluster/gvisor-shim/ is added at the same path in gVisor's tree; the
 # patch's Go tests run before the build. runsc itself is built from the unchanged module.
 # The stamp beside the binary names the patch, so a changed patch rebuilds the shim.
@@ -106,19 +108,26 @@ build_runsc_shim() {
   chmod -R u+w "$work"
   local manager=$work/pkg/shim/v1/manager.go init=$work/pkg/shim/v1/proc/init.go
   local service=$work/pkg/shim/v1/runsc/service.go seccomp=$work/runsc/specutils/seccomp/seccomp.go
+  local redirector=$work/pkg/shim/v1/service.go
   local wait_call='status, err := p.runtime.Wait(context.Background(), p.id)'
   local cgroup_line='updated = setPodCgroup(spec) || updated'
+  local nil_reply='return resp, errgrpc.ToGRPC(nil)'
   grep -q 'oomScoreMax = -999' "$manager" && [[ $(grep -cF "$wait_call" "$init") == 1 ]] &&
-    [[ $(grep -cF "$cgroup_line" "$service") == 1 ]] && grep -q '^func lookupSyscallNo(' "$seccomp" ||
+    [[ $(grep -cF "$cgroup_line" "$service") == 1 ]] && grep -q '^func lookupSyscallNo(' "$seccomp" &&
+    [[ $(grep -cF "$nil_reply" "$redirector") == 1 ]] ||
     { rm -rf "$work"; echo "gvisor shim: a patched line moved; update build.sh" >&2; return 1; }
   sed -i 's/oomScoreMax = -999/oomScoreMax = 0/' "$manager"
+  # A shim that still serves a pod's other container (grouping) answers Shutdown with a nil
+  # message, which ttrpc refuses to send; containerd 2 then fails the task's delete and the
+  # container never leaves its pod. An empty answer is what the API wants (ADR 0016).
+  sed -i 's/return resp, errgrpc\.ToGRPC(nil)/return \&types.Empty{}, nil/' "$redirector"
   sed -i 's/p\.runtime\.Wait(context\.Background(), p\.id)/waitForContainer(p.runtime, p.id)/' "$init"
   sed -i 's/^\(\s*\)updated = setPodCgroup(spec) || updated$/&\n\1updated = servePauseFromImage(spec, rootfs) || updated\n\1updated = serveContainerFromImage(spec, r.Rootfs, rootfs) || updated/' "$service"
   # lookupSyscallNo is the only user of these three imports in seccomp.go.
   sed -i '/^\s*"gvisor.dev\/gvisor\/pkg\/sentry\/kernel"$/d; /^\s*slinux "gvisor.dev\/gvisor\/pkg\/sentry\/syscalls\/linux"$/d
     /^\s*"gvisor.dev\/gvisor\/pkg\/abi\/linux"$/d; /^func lookupSyscallNo(/,/^}/d' "$seccomp"
   cp -r "$patch/." "$work/"
-  grep -q 'waitForContainer(p.runtime, p.id)' "$init" &&
+  grep -q 'waitForContainer(p.runtime, p.id)' "$init" && grep -qF 'return &types.Empty{}, nil' "$redirector" &&
     grep -q 'updated = servePauseFromImage(spec, rootfs) || updated' "$service" &&
     grep -q 'updated = serveContainerFromImage(spec, r.Rootfs, rootfs) || updated' "$service" &&
     ! (cd "$work" && go list -deps ./shim) | grep -qx 'gvisor.dev/gvisor/pkg/sentry/kernel' ||
@@ -131,17 +140,19 @@ build_runsc_shim() {
   rm -rf "$work"
 }
 
-# containerd, its runc shim and ctr, built inside the module itself (its go.mod has
-# exclude directives, which `go install mod@version` refuses).
+# containerd 2, its runc shim and ctr, built inside the module itself with the build tags
+# of its own Makefile (no btrfs, devmapper or zfs snapshotters: this node uses overlayfs).
 build_containerd() {
+  [[ $CONTAINERD_VERSION == v2.* ]] ||
+    { echo "containerd $CONTAINERD_VERSION: the node's configuration is containerd 2's (version 3); pin a v2 release" >&2; return 1; }
   local out=$CACHE/containerd-$CONTAINERD_VERSION
   [[ -f $out/.done ]] && { log "containerd $CONTAINERD_VERSION cached"; return; }
   log "building containerd $CONTAINERD_VERSION"
-  local src; src=$(go mod download -json "github.com/containerd/containerd@$CONTAINERD_VERSION" |
+  local src; src=$(go mod download -json "github.com/containerd/containerd/v2@$CONTAINERD_VERSION" |
     python3 -c 'import json,sys; print(json.load(sys.stdin)["Dir"])')
   rm -rf "$out"; mkdir -p "$out"
-  (cd "$src" && go build -trimpath -tags "no_btrfs no_devmapper no_zfs" \
-    -ldflags "-s -w -X github.com/containerd/containerd/version.Version=$CONTAINERD_VERSION" \
+  (cd "$src" && go build -trimpath -tags "no_btrfs no_devmapper no_zfs urfave_cli_no_docs" \
+    -ldflags "-s -w -X github.com/containerd/containerd/v2/version.Version=$CONTAINERD_VERSION" \
     -o "$out/" ./cmd/containerd ./cmd/containerd-shim-runc-v2 ./cmd/ctr)
   touch "$out/.done"
 }

@@ -93,7 +93,7 @@ check_prereqs() {
 
 cmd_install() {
   [[ $(id -u) == 0 ]] || die "run as root"
-  command -v go >/dev/null || die "Go 1.24 or newer is needed to build Kubernetes from source (https://go.dev/doc/install)"
+  command -v go >/dev/null || die "Go 1.26.6 or newer is needed to build Kubernetes and containerd from source (https://go.dev/doc/install)"
   local need=() pkg
   for pkg in $DEBIAN_PACKAGES; do
     dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'ok installed' || need+=("$pkg")
@@ -178,6 +178,17 @@ link_binaries() {
 }
 
 
+# The running components whose binary is no longer the one `link_binaries` points at.
+rebuilt_components() {
+  local name pid binary changed=()
+  for name in "${COMPONENTS[@]}"; do
+    pid=$(cat "$(pidfile "$name")" 2>/dev/null) || continue
+    binary=$(readlink -f "$BIN/$name")
+    [[ -e /proc/$pid/exe && $(readlink -f "/proc/$pid/exe") != "$binary" ]] && changed+=("$name")
+  done
+  echo "${changed[*]}"
+}
+
 # Rewriting an unchanged file would make a running containerd reload its CNI config.
 # What containerd read at start: its configuration and the NRI plugin it launched.
 node_config_digest() {
@@ -189,7 +200,19 @@ start_containerd() {
   # containerd finds runtime shims on its PATH.
   start containerd env PATH="$BIN:$PATH" "$BIN/containerd" --config "$STATE/config/containerd.toml"
   wait_for containerd 30 "$BIN/crictl" --runtime-endpoint "unix://$CONTAINERD_SOCK" info
+  check_containerd
   node_config_digest >"$STATE/run/containerd.config"
+}
+
+# What containerd made of its configuration, not what the file says: it ignores keys it
+# does not know, and a containerd 1.x left running on the socket reads none of it.
+check_containerd() {
+  local crictl=("$BIN/crictl" --runtime-endpoint "unix://$CONTAINERD_SOCK")
+  local version; version=$("${crictl[@]}" version 2>/dev/null | sed -n 's/^RuntimeVersion:[[:space:]]*//p')
+  [[ $version == v2.* ]] ||
+    die "containerd on $CONTAINERD_SOCK is ${version:-of no known version}; this node needs containerd 2 (cluster/versions.env)"
+  "${crictl[@]}" info -o json 2>/dev/null | "$PYTHON" "$here/containerd_handlers.py" runsc "$STATE/config/containerd.toml" ||
+    die "containerd's configuration did not take"
 }
 
 write_if_changed() {
@@ -201,44 +224,54 @@ write_configs() {
   local ip=$1 conf=$STATE/config
   mkdir -p "$conf/cni" "$STATE/logs" "$STATE/run" "$RUN/runsc"
   : >"$STATE/resolv.conf"
+  # containerd 2's configuration, version 3 (docs/adr/0016). Unknown keys are only
+  # warned about, so start_containerd checks what containerd made of it.
   write_if_changed "$conf/containerd.toml" <<EOF
-version = 2
+version = 3
 root = "$ROOT/containerd"
 state = "$RUN/containerd"
 [grpc]
   address = "$CONTAINERD_SOCK"
-[plugins."io.containerd.grpc.v1.cri"]
-  sandbox_image = "openblox.local/pause:3.10"
+[plugins.'io.containerd.cri.v1.images']
+  snapshotter = "overlayfs"
+  # Pinned: never garbage-collected, and the pod sandbox image of every pod.
+  [plugins.'io.containerd.cri.v1.images'.pinned_images]
+    sandbox = "openblox.local/pause:3.10"
+[plugins.'io.containerd.cri.v1.runtime']
   # Root here lacks CAP_SYS_RESOURCE, so a negative oom_score_adj cannot be set:
   # clamp every container's to containerd's own instead of failing to start it.
   restrict_oom_score_adj = true
-  [plugins."io.containerd.grpc.v1.cri".containerd]
+  [plugins.'io.containerd.cri.v1.runtime'.containerd]
     default_runtime_name = "runc"
-    snapshotter = "overlayfs"
-    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+    [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc]
       runtime_type = "io.containerd.runc.v2"
-      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+      [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]
         SystemdCgroup = false
-    # The runsc handler: gVisor's shim, whose runsc always runs with networking off.
-    # A pod may pass runsc's oci-seccomp switch, which can only turn enforcement of the
-    # pod's seccomp profile on (sandbox pods do: docs/adr/0007).
-    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runsc]
+    # The runsc handler as gVisor documents it for containerd 2: its shim, whose runsc
+    # always runs with networking off. A pod may pass runsc's oci-seccomp switch, which
+    # can only turn enforcement of the pod's seccomp profile on (docs/adr/0007).
+    [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runsc]
       runtime_type = "io.containerd.runsc.v1"
       pod_annotations = ["dev.gvisor.flag.oci-seccomp"]
-      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runsc.options]
+      [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runsc.options]
         TypeUrl = "io.containerd.runsc.v1.options"
         ConfigPath = "$conf/runsc.toml"
-  [plugins."io.containerd.grpc.v1.cri".cni]
-    bin_dir = "/usr/lib/cni"
+  [plugins.'io.containerd.cri.v1.runtime'.cni]
+    bin_dirs = ["/usr/lib/cni"]
     conf_dir = "$conf/cni"
-# NRI, for openblox's plugin only (cluster/nri: noexec scratch, a sized /dev/shm). It is
-# started by containerd from plugin_path; no other plugin may connect.
-[plugins."io.containerd.nri.v1.nri"]
+# NRI, on by default in containerd 2, for openblox's plugin only (cluster/nri: noexec
+# scratch, a sized /dev/shm, the process cap), started by containerd from plugin_path;
+# no other plugin may connect. The default validator refuses a container whose pod names
+# a plugin it requires that did not take part: sandbox pods require openblox's, so a
+# plugin that crashed or timed out fails the container instead of starting it bare.
+[plugins.'io.containerd.nri.v1.nri']
   disable = false
   disable_connections = true
   plugin_path = "$STATE/nri/plugins"
   plugin_config_path = "$STATE/nri/conf.d"
   socket_path = "$RUN/nri.sock"
+  [plugins.'io.containerd.nri.v1.nri'.default_validator]
+    enable = true
 EOF
   # openblox's seccomp profile, which sandbox pods name as Localhost openblox/sandbox.json.
   mkdir -p "$KUBELET_ROOT/seccomp/openblox"
@@ -285,7 +318,9 @@ authentication:
   webhook: {enabled: true}
   x509: {clientCAFile: $STATE/pki/ca.crt}
 authorization: {mode: Webhook}
-cgroupDriver: cgroupfs
+# The cgroup driver comes from containerd (its runc handler: cgroupfs). This VM is cgroup
+# v1 (hybrid), which the kubelet refuses since 1.35 unless told.
+failCgroupV1: false
 containerRuntimeEndpoint: unix://$CONTAINERD_SOCK
 clusterDomain: cluster.local
 resolvConf: $STATE/resolv.conf
@@ -503,22 +538,34 @@ cmd_up() {
   mkdir -p "$STATE/logs" "$STATE/run"
   local all=1 name
   for name in "${COMPONENTS[@]}"; do running "$name" || all=0; done
+  local upgrading=()
   if ((all)) && kubectl_admin get --raw /readyz >/dev/null 2>&1; then
     link_binaries
     write_configs "$(default_ip)"
-    if [[ $(node_config_digest) != "$(cat "$STATE/run/containerd.config" 2>/dev/null)" ]]; then
-      # Running shims and their containers outlive containerd; the kubelet reconnects.
-      log "containerd's configuration or NRI plugin changed: restarting containerd"
-      stop containerd
-      start_containerd
+    read -r -a upgrading <<<"$(rebuilt_components)"
+    if ((${#upgrading[@]} == 0)); then
+      if [[ $(node_config_digest) != "$(cat "$STATE/run/containerd.config" 2>/dev/null)" ]]; then
+        # Running shims and their containers outlive containerd; the kubelet reconnects.
+        log "containerd's configuration or NRI plugin changed: restarting containerd"
+        stop containerd
+        start_containerd
+      fi
+      # A node started before the gvisor RuntimeClass had a node selector lacks the label.
+      kubectl_admin label node "$NODE_NAME" "$GVISOR_NODE_LABEL=true" --overwrite >/dev/null
+      log "already running; nothing to do"
+      cmd_env
+      return
     fi
-    # A node started before the gvisor RuntimeClass had a node selector lacks the label.
-    kubectl_admin label node "$NODE_NAME" "$GVISOR_NODE_LABEL=true" --overwrite >/dev/null
-    log "already running; nothing to do"
-    cmd_env
-    return
+    # A version in cluster/versions.env changed under a running node: those components
+    # start again on their new binaries, on the same state (etcd's data, the shims and
+    # their sandboxes, which outlive containerd and the kubelet).
+    log "new binaries for ${upgrading[*]}: restarting them"
+    local i
+    for ((i = ${#COMPONENTS[@]} - 1; i >= 0; i--)); do
+      [[ " ${upgrading[*]} " == *" ${COMPONENTS[i]} "* ]] && stop "${COMPONENTS[i]}"
+    done
   fi
-  if ! running etcd; then
+  if ((${#upgrading[@]} == 0)) && ! running etcd; then
     # After `down`, a reboot or a crash: nothing of the node's may be trusted, so every
     # component starts again on a cleaned node; etcd's data (every object) is kept.
     # With etcd alive, only the missing components are started.

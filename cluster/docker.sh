@@ -97,6 +97,9 @@ cmd_start() {
       fd=${fd##*/}
       if ((fd > 2)); then eval "exec $fd>&-" 2>/dev/null || true; fi
     done
+    # Debian's dockerd runs Debian's containerd (1.6), which finds its runc shim on PATH:
+    # the node's own (containerd 2's, in /var/lib/openblox/bin) speaks a newer shim API.
+    export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
     exec setsid /usr/sbin/dockerd --config-file "$STATE/daemon.json" >>"$LOG" 2>&1 </dev/null
   ) &
   for _ in $(seq 120); do

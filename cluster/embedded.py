@@ -7,6 +7,9 @@ Shared by `make up` and the test session, so both stand on the same steps:
 
 With KUBECONFIG pointing at a reachable cluster (k3s, kind, ...) that cluster is used;
 otherwise the embedded single-node cluster is started with `cluster/cluster.sh up`.
+Before anything is applied, a cluster openblox does not support (an older API server,
+ValidatingAdmissionPolicy v1 not served, a gVisor node on containerd 1.x or without a
+runsc handler) is refused with the reason (openblox.models.cluster_support).
 """
 
 from __future__ import annotations
@@ -18,6 +21,17 @@ import subprocess
 import sys
 from pathlib import Path
 
+from openblox.models.cluster_support import (
+    ADMISSION_DISCOVERY_PATH,
+    VERSION_PATH,
+    Finding,
+    node_findings,
+    refusal,
+    server_findings,
+    warnings,
+)
+from openblox.names import LABEL_GVISOR_NODE
+
 REPO = Path(__file__).resolve().parent.parent
 EMBEDDED_KUBECONFIG = Path("/var/lib/openblox/cluster/admin.kubeconfig")
 NODE_BIN = Path("/var/lib/openblox/bin")
@@ -26,7 +40,9 @@ OPERATOR_DEPLOYMENT = "openblox-operator"
 PREVIEW_DEPLOYMENT = "openblox-preview"
 PREVIEW_KEYS_SECRET = "openblox-preview-keys"
 DEMO_NAMESPACE = "openblox-demo"
-GVISOR_NODE_LABEL = "openblox.sh/gvisor"
+NODES_PATH = "/api/v1/nodes"
+# What an install that stopped at a check has done: nothing to undo, nothing disturbed.
+NOTHING_INSTALLED = "nothing was installed"
 # Where cluster/kind/kind.sh keeps its kubeconfig, and where the image builds are cached.
 KIND_STATE = Path(os.environ.get("OPENBLOX_ROOT", "/var/lib/openblox")) / "kind"
 IMAGE_CACHE = Path(os.environ.get("OPENBLOX_CACHE", "/var/cache/openblox")) / "images"
@@ -63,15 +79,16 @@ def ensure_cluster() -> str:
                 f"KUBECONFIG={given} does not answer; unset it to use the embedded cluster"
             )
         return given
-    if not reachable(str(EMBEDDED_KUBECONFIG)):
-        started = subprocess.run(
-            [str(REPO / "cluster" / "cluster.sh"), "up"],
-            check=False,
-            env={**os.environ, "PYTHON": sys.executable},
-        )
-        if started.returncode != 0:
-            # cluster.sh has said what is wrong, and what to do; no traceback on top.
-            raise SystemExit(started.returncode)
+    # Always through `cluster.sh up`, which is quick on a running node: a component whose
+    # pinned version changed since it started is restarted on its new binary there.
+    started = subprocess.run(
+        [str(REPO / "cluster" / "cluster.sh"), "up"],
+        check=False,
+        env={**os.environ, "PYTHON": sys.executable},
+    )
+    if started.returncode != 0:
+        # cluster.sh has said what is wrong, and what to do; no traceback on top.
+        raise SystemExit(started.returncode)
     return str(EMBEDDED_KUBECONFIG)
 
 
@@ -150,8 +167,67 @@ def _imported_image_id(reference: str) -> str | None:
     return str(image.get("id", "")) if not digests else digests[0]
 
 
+def _raw(kubeconfig: str, request_path: str) -> object:
+    """The JSON body the API server answers at `request_path`; None for a 404. A body that
+    is not JSON comes back as its text, for the checks to judge as the garbage it is."""
+    result = kubectl(kubeconfig, "get", "--raw", request_path, check=False, timeout=30)
+    if result.returncode != 0:
+        if "(NotFound)" in result.stderr:
+            return None
+        raise SystemExit(
+            f"could not read {request_path} from the cluster of {kubeconfig}: "
+            f"{result.stderr.strip()[-500:]}; {NOTHING_INSTALLED}"
+        )
+    try:
+        body: object = json.loads(result.stdout)
+    except ValueError:
+        return result.stdout
+    return body
+
+
+def _server_address(kubeconfig: str) -> str:
+    shown = kubectl(
+        kubeconfig,
+        "config",
+        "view",
+        "--minify",
+        "-o",
+        "jsonpath={.clusters[0].cluster.server}",
+        check=False,
+    )
+    return shown.stdout.strip() or kubeconfig
+
+
+def refuse_unsupported(findings: list[Finding]) -> None:
+    """Print what could not be checked; exit with the reasons, and no traceback, when
+    openblox cannot work on this cluster."""
+    for finding in warnings(findings):
+        print(f"warning: {finding.message}", file=sys.stderr)
+    message = refusal(findings, NOTHING_INSTALLED)
+    if message is not None:
+        raise SystemExit(message)
+
+
+def check_server(kubeconfig: str) -> None:
+    """The API server's version and the admission API openblox's policies need."""
+    refuse_unsupported(
+        server_findings(
+            _raw(kubeconfig, VERSION_PATH),
+            _raw(kubeconfig, ADMISSION_DISCOVERY_PATH),
+            _server_address(kubeconfig),
+        )
+    )
+
+
+def check_nodes(kubeconfig: str) -> None:
+    """The containerd and the runsc handler of every node labelled for gVisor."""
+    refuse_unsupported(node_findings(_raw(kubeconfig, NODES_PATH)))
+
+
 def install_operator(kubeconfig: str) -> None:
-    """`kubectl apply -k manifests`, then wait until the operator runs the current image."""
+    """`kubectl apply -k manifests`, then wait until the operator runs the current image.
+    A cluster openblox does not support is refused first, before anything is applied."""
+    check_server(kubeconfig)
     if kubeconfig == str(EMBEDDED_KUBECONFIG):
         # Rebuilds (cached by content) and imports the images of the tree as it is now.
         subprocess.run(
@@ -161,7 +237,9 @@ def install_operator(kubeconfig: str) -> None:
         )
         # Its one node has gVisor: the label the gvisor RuntimeClass schedules on, also
         # on a node started before the RuntimeClass had a node selector.
-        kubectl(kubeconfig, "label", "nodes", "--all", f"{GVISOR_NODE_LABEL}=true", "--overwrite")
+        kubectl(kubeconfig, "label", "nodes", "--all", f"{LABEL_GVISOR_NODE}=true", "--overwrite")
+    # After the embedded node's label, so that node is judged as a gVisor node.
+    check_nodes(kubeconfig)
     kubectl(
         kubeconfig, "apply", "--server-side", "--force-conflicts", "-k", str(REPO / "manifests")
     )

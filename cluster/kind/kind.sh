@@ -103,10 +103,11 @@ kubeadmConfigPatches:
       imageTag: $ETCD_VERSION
   dns:
     imageTag: $COREDNS_VERSION
-# The embedded cluster's driver; gVisor's shim is set up for cgroupfs the same way.
+# The cgroup driver comes from containerd (cgroupfs, as on the embedded node). This VM
+# is cgroup v1 (hybrid), which the kubelet refuses since 1.35 unless told.
 - |
   kind: KubeletConfiguration
-  cgroupDriver: cgroupfs
+  failCgroupV1: false
 nodes:
 - role: control-plane
   image: $gvisor

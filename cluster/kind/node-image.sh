@@ -192,10 +192,10 @@ preload_images() {
   local root=$1 dir=$WORK_DIR/containerd img pid
   mkdir -p "$dir"
   cat >"$dir/config.toml" <<EOF
-version = 2
+version = 3
 root = "$root/var/lib/containerd"
 state = "$dir/state"
-disabled_plugins = ["io.containerd.grpc.v1.cri", "io.containerd.nri.v1.nri"]
+disabled_plugins = ["io.containerd.grpc.v1.cri", "io.containerd.cri.v1.runtime", "io.containerd.cri.v1.images", "io.containerd.nri.v1.nri"]
 [grpc]
   address = "$dir/containerd.sock"
 EOF

@@ -50,6 +50,12 @@ ANNOTATION_PROFILE_DIGEST: Final = "openblox.sh/profile-digest"
 # it enforce the pod's seccomp profile inside the sandbox (docs/adr/0007).
 ANNOTATION_PROCESSES: Final = "openblox.sh/processes"
 ANNOTATION_RUNSC_OCI_SECCOMP: Final = "dev.gvisor.flag.oci-seccomp"
+# On sandbox pods: NRI's default validator (containerd 2, docs/adr/0016) refuses to create
+# the sandbox container unless these plugins took part in creating it, so a node whose
+# openblox plugin crashed, timed out or is missing fails the container instead of
+# starting it without noexec scratch and the process cap. Inert where no validator runs.
+ANNOTATION_NRI_REQUIRED_PLUGINS: Final = "required-plugins.noderesource.dev/container.sandbox"
+NRI_PLUGIN_NAME: Final = "openblox"
 # Relative to the kubelet's seccomp directory; the file is cluster/seccomp/sandbox.json.
 SECCOMP_LOCALHOST_PROFILE: Final = "openblox/sandbox.json"
 # On a warm pool pod once the operator's boundary probe saw its profile's boundary; only
@@ -59,6 +65,12 @@ ANNOTATION_BOUNDARY: Final = "openblox.sh/boundary"
 NETWORK_POLICY_NAME: Final = "openblox-default-deny"
 
 RUNTIME_CLASS_GVISOR: Final = "gvisor"
+# The gvisor RuntimeClass's handler (runtimeclasses/gvisor.yaml): the name each gVisor
+# node's containerd gives its runsc runtime.
+RUNTIME_HANDLER_GVISOR: Final = "runsc"
+# Admins put it (value "true") on the nodes that have that handler; the RuntimeClass's
+# nodeSelector schedules gVisor pods only there.
+LABEL_GVISOR_NODE: Final = "openblox.sh/gvisor"
 RUNTIME_CLASS_KATA: Final = "kata"
 # Ordered weakest to strongest; runc is never approved for untrusted code.
 APPROVED_RUNTIME_CLASSES: Final = (RUNTIME_CLASS_GVISOR, RUNTIME_CLASS_KATA)
@@ -114,3 +126,7 @@ class Reason(StrEnum):
 
     # The reason of the Event that carries a denial record (docs/denials.md) as its message.
     DENIED = "Denied"
+
+    # On the operator's own Pod: the API server is older than openblox supports, or does
+    # not serve an API it needs; the operator waits instead of starting.
+    UNSUPPORTED_KUBERNETES = "UnsupportedKubernetes"

@@ -332,6 +332,17 @@ def _etcd_check(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     return _cluster("etcd-check", env=env)
 
 
+def _etcd_minor(offset: int) -> str:
+    """A version `offset` minors from the pinned etcd's (cluster/versions.env)."""
+    pinned = next(
+        line.split("=", 1)[1].strip()
+        for line in (REPO / "cluster" / "versions.env").read_text().splitlines()
+        if line.startswith("ETCD_VERSION=")
+    )
+    major, minor = pinned.lstrip("v").split(".")[:2]
+    return f"v{major}.{int(minor) + offset}.0"
+
+
 def _stamped(version: str) -> Callable[[Path], object]:
     return lambda data: (data.parent / "etcd.version").write_text(f"{version}\n")
 
@@ -343,8 +354,8 @@ def _damaged_db(data: Path) -> object:
 @pytest.mark.parametrize(
     ("damage", "says"),
     [
-        (_stamped("v3.4.27"), "written by etcd v3.4.27"),
-        (_stamped("v3.7.0"), "written by etcd v3.7.0"),
+        (_stamped(_etcd_minor(-2)), f"written by etcd {_etcd_minor(-2)}"),
+        (_stamped(_etcd_minor(+1)), f"written by etcd {_etcd_minor(+1)}"),
         (_stamped("yesterday"), "names no etcd version"),
         (_damaged_db, "invalid database"),
     ],

@@ -57,6 +57,7 @@ def test_labels_and_digest_identify_sandbox_and_profile_version() -> None:
         "openblox.sh/profile-digest": profile.digest,
         "openblox.sh/processes": str(profile.resources.processes),
         "dev.gvisor.flag.oci-seccomp": "true",
+        "required-plugins.noderesource.dev/container.sandbox": '["openblox"]',
     }
 
 

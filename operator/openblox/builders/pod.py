@@ -5,6 +5,7 @@ Everything here must pass Pod Security Admission "restricted"; the isolation the
 claims comes from its RuntimeClass, and this spec takes away everything else.
 """
 
+import json
 from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import Any, TypeVar
@@ -14,6 +15,7 @@ from openblox.models import STATE_VOLUME_SIZE, Profile, Sandbox, parse_timestamp
 from openblox.models.pool import Pool
 from openblox.names import (
     ANNOTATION_BOUNDARY,
+    ANNOTATION_NRI_REQUIRED_PLUGINS,
     ANNOTATION_PROCESSES,
     ANNOTATION_PROFILE_DIGEST,
     ANNOTATION_RUNSC_OCI_SECCOMP,
@@ -26,6 +28,7 @@ from openblox.names import (
     LABEL_SANDBOX,
     LABEL_UNVERIFIED,
     MANAGED_BY,
+    NRI_PLUGIN_NAME,
     SECCOMP_LOCALHOST_PROFILE,
     STATE_DIR,
     TMP_DIR,
@@ -127,12 +130,14 @@ def _seccomp_profile() -> dict[str, str]:
 
 
 def pod_annotations(profile: Profile) -> dict[str, str]:
-    """What the node reads from the pod: the process cap, and runsc's switch to enforce
-    the pod's seccomp profile inside the sandbox. Only the operator writes sandbox pods."""
+    """What the node reads from the pod: the process cap, runsc's switch to enforce the
+    pod's seccomp profile inside the sandbox, and the NRI plugin the sandbox container
+    may not be created without. Only the operator writes sandbox pods."""
     return {
         ANNOTATION_PROFILE_DIGEST: profile.digest,
         ANNOTATION_PROCESSES: str(profile.resources.processes),
         ANNOTATION_RUNSC_OCI_SECCOMP: "true",
+        ANNOTATION_NRI_REQUIRED_PLUGINS: json.dumps([NRI_PLUGIN_NAME]),
     }
 
 

@@ -20,6 +20,7 @@ import kopf  # noqa: E402
 from prometheus_client import start_http_server  # noqa: E402
 
 import openblox.controller.handlers  # noqa: E402, F401  (registers the handlers)
+from openblox.controller.support_gate import wait_until_supported  # noqa: E402
 from openblox.names import OPERATOR  # noqa: E402
 
 
@@ -41,6 +42,9 @@ def main() -> None:
     logging.getLogger("kopf.objects").setLevel(logging.WARNING)
     logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
     start_http_server(args.metrics_port)
+    # Before kopf, whose liveness endpoint answers only once its start-up is done: on an
+    # API server openblox does not support, wait here, saying why, instead of crash-looping.
+    wait_until_supported(args.liveness)
     # standalone: no kopf peering. The operator's own Lease (controller/election.py) is
     # its one election (docs/adr/0009-one-election-on-a-lease.md).
     kopf.run(clusterwide=True, liveness_endpoint=args.liveness, standalone=True)
