@@ -34,7 +34,7 @@ from openblox.client.results import ExecResult
 from openblox.client.supervised import SUPERVISOR_STDERR_BYTES, _SupervisedRun
 from openblox.denials import ExecOutcome
 from openblox.transport import ERROR, STDERR, STDOUT, ExecOutputTooLarge, ExecSocket, Frame
-from openblox.transport.aio_exec import AsyncExecSocket
+from openblox.transport.async_exec import AsyncExecSocket
 from openblox.transport.frames import STATUS_BYTES, ExecOutput
 from tests.unit.test_transport_exec import FakeAsyncSocket, FakeSocket
 

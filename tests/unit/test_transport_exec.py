@@ -14,7 +14,7 @@ import pytest
 import websocket
 
 from openblox.transport import STDERR, STDOUT, ExecOutput, ExecSocket, Frame
-from openblox.transport.aio_exec import AsyncExecSocket
+from openblox.transport.async_exec import AsyncExecSocket
 
 FRAMES = [Frame(STDOUT, b"out"), Frame(STDERR, b"err"), Frame(3, b'{"status": "Success"}')]
 

@@ -1,7 +1,7 @@
 """`openblox.AsyncClient`: the same surface as Client, for asyncio callers, with no threads.
 
 Every call is a coroutine on the caller's event loop: API requests through
-`transport.aio_api.AsyncApi` and execs through `transport.aio_exec.AsyncExecSocket`
+`transport.async_api.AsyncApi` and execs through `transport.async_exec.AsyncExecSocket`
 (aiohttp, ADR 0011), with the credentials the transport finds in its one documented order.
 So hundreds of concurrent execs from one loop are hundreds of websockets, not threads,
 and the default executor's size caps nothing.

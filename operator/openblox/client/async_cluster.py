@@ -1,6 +1,6 @@
 """The async client's cluster I/O: the twin of `cluster.Cluster`, as coroutines.
 
-The same requests, over `transport.aio_api.AsyncApi` and `transport.aio_exec` (aiohttp, on
+The same requests, over `transport.async_api.AsyncApi` and `transport.async_exec` (aiohttp, on
 the caller's event loop: no thread per call), with the same paths and the same errors.
 """
 
@@ -20,8 +20,8 @@ from openblox.client.processes import ANSWER_BYTES
 from openblox.denials import Denial
 from openblox.names import CONTAINER_NAME, Reason
 from openblox.transport import ExecStreamError, Gone, NotFound, Session, path
-from openblox.transport.aio_api import AsyncApi
-from openblox.transport.aio_exec import AsyncExecSocket
+from openblox.transport.async_api import AsyncApi
+from openblox.transport.async_exec import AsyncExecSocket
 
 
 class AsyncCluster:

@@ -66,7 +66,7 @@ from openblox.preview.keys import SECRET_NAME
 from openblox.preview.tokens import MAX_TTL_SECONDS, Grant
 from openblox.timestamps import format_timestamp
 from openblox.transport import ApiError
-from openblox.transport.aio_exec import AsyncExecSocket
+from openblox.transport.async_exec import AsyncExecSocket
 
 
 class AsyncSandbox:

@@ -26,7 +26,7 @@ from openblox.client.supervised import (
 )
 from openblox.denials import ExecOutcome
 from openblox.transport import ExecStreamError
-from openblox.transport.aio_exec import AsyncExecSocket
+from openblox.transport.async_exec import AsyncExecSocket
 
 # The twins of `supervised.ResultMaker` and `supervised.BrokenHandler`, as coroutines.
 AsyncResultMaker = Callable[[ExecOutcome, float], Awaitable[ExecResult]]

@@ -1,4 +1,4 @@
-"""One `pods/exec` over a websocket for asyncio callers: the twin of `exec_socket.ExecSocket`.
+"""One `pods/exec` over a websocket for asyncio callers: the twin of `sync_exec.ExecSocket`.
 
 The same protocol (`v5.channel.k8s.io`, built and read by the pure `frames`), the same
 errors (ExecStreamError with the refusal's status, TimeoutError past the deadline), over
@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator, Sequence
 
 import aiohttp
 
-from openblox.transport.aio_api import AsyncApi
+from openblox.transport.async_api import AsyncApi
 from openblox.transport.errors import ExecStreamError
 from openblox.transport.frames import (
     PROTOCOL,

@@ -1,6 +1,6 @@
 """The request path to the API server for asyncio callers, over aiohttp (ADR 0010).
 
-The twin of `api.Api`, built on the same pure core: paths, targets, headers and bodies
+The twin of `sync_api.Api`, built on the same pure core: paths, targets, headers and bodies
 from `rest`, the typed errors of `errors` (NotFound, Conflict, Forbidden, ...), the
 credentials of `session.Session`. No call runs on a thread: TLS is the event loop's own
 (memory BIOs), and every request is a coroutine. One aiohttp session per event loop keeps
