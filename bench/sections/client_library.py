@@ -461,7 +461,7 @@ def _exec_paths(
     pod = sandbox.pod
 
     def own(argv: list[str]) -> tuple[int | None, bytes]:
-        socket = client._cluster.open_exec(ns, pod, argv, stdin=False, timeout=30)
+        socket = client._io.open_exec(ns, pod, argv, stdin=False, timeout=30)
         output = socket.read_to_end(time.monotonic() + 30)
         return output.exit_code, bytes(output.stdout)
 
