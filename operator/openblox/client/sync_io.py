@@ -15,13 +15,16 @@ import http.client
 import threading
 import time
 from collections.abc import Callable, Generator, Iterator, Sequence
-from typing import Any, Concatenate, ParamSpec, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar, cast
 
 from openblox.client import effects
 from openblox.client.effects import Plan, Shell, Steps, shell_signature
 from openblox.names import CONTAINER_NAME
-from openblox.transport import Api, ExecSocket, Session
+from openblox.transport import Api, Session
 from openblox.transport.rest import Call, Watch
+
+if TYPE_CHECKING:
+    from openblox.transport.sync_exec import ExecSocket
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -60,6 +63,9 @@ class SyncIO:
         self, namespace: str, pod: str, argv: Sequence[str], *, stdin: bool, timeout: float
     ) -> ExecSocket:
         """An exec stream in the pod's sandbox container (ExecStreamError if refused)."""
+        # Loaded on the first exec: a client that only lists or creates never needs it.
+        from openblox.transport.sync_exec import ExecSocket
+
         return ExecSocket(
             self.session, namespace, pod, CONTAINER_NAME, argv, stdin=stdin, timeout=timeout
         )
@@ -73,7 +79,7 @@ class SyncIO:
             case effects.Probe(call):
                 return self._probe(call)
             case effects.Frames(socket, deadline):
-                return cast(ExecSocket, socket).frames(deadline)
+                return cast("ExecSocket", socket).frames(deadline)
             case effects.OpenExec(namespace, pod, argv, stdin, timeout):
                 return self.open_exec(namespace, pod, argv, stdin=stdin, timeout=timeout)
             case Watch(path, since, seconds, params):

@@ -18,11 +18,15 @@ core another transport (asyncio) builds on; the others do blocking I/O:
 
 Their asyncio twins, for `AsyncClient`, pair with them by name: `async_api` and
 `async_exec`, over aiohttp (ADR 0011). They are not imported here, so a process that
-does not use them never loads aiohttp.
+does not use them never loads aiohttp; `ExecSocket` is loaded on first use, so one that
+never opens an exec (the CLI's `ls`, a client that has not run a command yet) never
+loads websocket-client.
 
 Credential order (see `credentials`): an explicit kubeconfig > KUBECONFIG > the pod's
 ServiceAccount > ~/.kube/config.
 """
+
+from typing import TYPE_CHECKING, Any
 
 from openblox.transport.credentials import Credentials
 from openblox.transport.discovery import load_credentials
@@ -59,7 +63,9 @@ from openblox.transport.frames import (
 from openblox.transport.rest import MERGE_PATCH, STRATEGIC_MERGE_PATCH, path
 from openblox.transport.session import Session
 from openblox.transport.sync_api import Api
-from openblox.transport.sync_exec import ExecSocket
+
+if TYPE_CHECKING:
+    from openblox.transport.sync_exec import ExecSocket
 
 __all__ = [
     "ERROR",
@@ -97,3 +103,11 @@ __all__ = [
     "path",
     "status_of",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "ExecSocket":
+        from openblox.transport.sync_exec import ExecSocket
+
+        return ExecSocket
+    raise AttributeError(f"module 'openblox.transport' has no attribute {name!r}")
