@@ -55,6 +55,8 @@ def namespace(kube: Kube, request: pytest.FixtureRequest) -> Iterator[str]:
 # it did not make, and a restart must give back what it took down. Its profile lives
 # longer than the suite, so its own idle timeout never ends it first.
 BYSTANDER_LIFETIME = {"idleTimeoutSeconds": 14_400, "maxAgeSeconds": 14_400}
+# As little of the node as a Sandbox can hold, so the tests that need room still find it.
+BYSTANDER_RESOURCES = {"cpu": "100m", "cpuRequest": "10m", "memory": "96Mi", "scratch": "16Mi"}
 BYSTANDER_READY_AGAIN_SECONDS = 300
 
 
@@ -66,7 +68,10 @@ def bystander(request: pytest.FixtureRequest) -> Iterator[None]:
     kube: Kube = request.getfixturevalue("operator")
     profile = f"bystander-{uuid.uuid4().hex[:6]}"
     with (
-        extra_profiles(kube, {profile: profile_yaml(lifetime=BYSTANDER_LIFETIME)}),
+        extra_profiles(
+            kube,
+            {profile: profile_yaml(lifetime=BYSTANDER_LIFETIME, resources=BYSTANDER_RESOURCES)},
+        ),
         opted_in_namespace(kube, "bystander") as namespace,
     ):
         wait_for("admission params", lambda: admission_has(kube, profile), 60)
