@@ -12,7 +12,7 @@ in the `bench` extra), each doing what the openblox client does, in the same run
   same helper for every library, so its cost is common to all);
 - pods/exec of `true` in a running code-exec sandbox: kubernetes' `stream()`,
   lightkube's `Client.exec`, kr8s' `Pod.exec`, and openblox's own v5 websocket
-  (`openblox.transport.exec_socket`, without the supervisor); `sandbox.exec` (with the
+  (`openblox.transport.sync_exec`, without the supervisor); `sandbox.exec` (with the
   supervisor) is
   shown for reference. Each exec path also runs `printf 42` repeatedly and counts
   answers with the wrong output or exit code.
@@ -461,7 +461,7 @@ def _exec_paths(
     pod = sandbox.pod
 
     def own(argv: list[str]) -> tuple[int | None, bytes]:
-        socket = client._cluster.open_exec(ns, pod, argv, stdin=False, timeout=30)
+        socket = client._io.open_exec(ns, pod, argv, stdin=False, timeout=30)
         output = socket.read_to_end(time.monotonic() + 30)
         return output.exit_code, bytes(output.stdout)
 

@@ -81,7 +81,7 @@ def methods(ctx: Any, section: Section) -> dict[str, tuple[str, Callable[[list[s
         return result.stdout
 
     def client_raw(argv: list[str]) -> bytes:
-        socket = client._cluster.open_exec(ns_sbx, sandbox.pod, argv, stdin=False, timeout=30)
+        socket = client._io.open_exec(ns_sbx, sandbox.pod, argv, stdin=False, timeout=30)
         return bytes(socket.read_to_end(time.monotonic() + 30).stdout)
 
     found: dict[str, tuple[str, Callable[[list[str]], bytes]]] = {

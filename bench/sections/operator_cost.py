@@ -180,18 +180,18 @@ class CountingClient(Client):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.calls = 0
-        api = self._cluster.api
-        request, watch = api.request, api.watch
+        api = self._io.api
+        send, watch = api.send, api.watch
 
-        def counted_request(*a: Any, **k: Any) -> Any:
+        def counted_send(*a: Any, **k: Any) -> Any:
             self.calls += 1
-            return request(*a, **k)
+            return send(*a, **k)
 
         def counted_watch(*a: Any, **k: Any) -> Any:
             self.calls += 1
             return watch(*a, **k)
 
-        api.request = counted_request  # type: ignore[method-assign]
+        api.send = counted_send  # type: ignore[method-assign]
         api.watch = counted_watch  # type: ignore[method-assign]
 
 

@@ -128,7 +128,7 @@ def run(ctx: Any, section: Section) -> None:
             if time.monotonic() > deadline:
                 raise
             time.sleep(0.5)
-    session = client._cluster.session
+    session = client._io.session
 
     warm, cold, plain = [], [], []
     conn = http.client.HTTPConnection(host, 80, timeout=60)

@@ -249,7 +249,7 @@ def test_terminal_condition_raises_at_once(client: Client) -> None:
 
 
 def test_activity_is_recorded_through_the_api_server(client: Client, box: Sandbox) -> None:
-    box._last_touch = 0.0  # make the debounce let this call through
+    box._steps._last_touch = 0.0  # make the debounce let this call through
     box.exec(["true"])
     stamp = client.get(box.name)._body["metadata"]["annotations"]["openblox.sh/last-activity"]
     assert stamp.endswith("Z")

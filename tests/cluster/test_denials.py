@@ -153,7 +153,7 @@ def _reaped(client: Client, kube: Kube, entry: dict[str, Any]) -> Observed:
         idle_timeout_seconds=spec.get("idleTimeoutSeconds"),
     )
     last_status: list[dict[str, Any]] = []
-    stream = client._cluster.api.watch(
+    stream = client._io.api.watch(
         sandboxes_path(client.namespace),
         resource_version=None,
         timeout_seconds=120,

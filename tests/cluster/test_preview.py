@@ -375,7 +375,7 @@ def test_bad_tokens_get_403_before_any_api_request(
     client: Client, box: Sandbox, proxy: dict[str, str], link: str
 ) -> None:
     good = link.split("/")[2]
-    key_id, key = read_key_ring(client._cluster).signing_key()
+    key_id, key = client._io.run(read_key_ring()).signing_key()
     uid = box._body["metadata"]["uid"]
     now = int(time.time())
     bad = {
@@ -405,7 +405,7 @@ def test_a_link_for_another_sandbox_uid_is_404_and_nothing_listening_is_502(
     client: Client, box: Sandbox, proxy: dict[str, str], link: str
 ) -> None:
     # A Sandbox deleted and made again under the same name is not reachable by old links.
-    key_id, key = read_key_ring(client._cluster).signing_key()
+    key_id, key = client._io.run(read_key_ring()).signing_key()
     stale = Grant(
         box.namespace, box.name, "uid-of-an-earlier-sandbox", APP_PORT, int(time.time()) + 60
     )
@@ -467,7 +467,7 @@ def _patch_secret(kube: Kube, patch: list[dict[str, object]], pod_name: str) -> 
 def test_rotation_keeps_old_links_until_the_old_key_is_removed(
     operator: Kube, client: Client, box: Sandbox, proxy: dict[str, str], link: str
 ) -> None:
-    old_id, _ = read_key_ring(client._cluster).signing_key()
+    old_id, _ = client._io.run(read_key_ring()).signing_key()
     new_id = f"k-{secrets.token_hex(4)}"
     new_key = base64.b64encode(secrets.token_urlsafe(48).encode()).decode()
     host = proxy["service"]

@@ -22,9 +22,12 @@ from hypothesis import strategies as st
 
 from openblox.cli.main import main
 from openblox.client import InvalidArgument, Sandbox
+from openblox.client.sandbox_steps import SandboxSteps
+from openblox.client.sync_io import SyncIO
 from openblox.preview import tokens
 from openblox.preview.http11 import HTTPError
 from openblox.preview.server import PreviewServer
+from openblox.transport.rest import Call
 from tests.fuzz.oracle import Violation, clear
 from tests.fuzz.pure import SCALARS, VALUES
 from tests.fuzz.runner import Surface
@@ -162,20 +165,21 @@ class _Reached(Exception):
         self.argv = list(argv)
 
 
-class _RecordingCluster:
-    """Stands in for the client's cluster I/O: records what would reach the API server."""
+class _RecordingApi:
+    def send(self, call: Call) -> Any:
+        if "/secrets/" in call.path:
+            raise _Reached(["preview key"])
+        return {}  # the activity stamp
 
-    def __init__(self) -> None:
-        self.native_supervisor: dict[str, bool] = {}
+
+class _RecordingIO(SyncIO):
+    """Stands in for the client's I/O: records what would reach the API server."""
+
+    def __init__(self) -> None:  # no session: nothing is sent
+        self.api = _RecordingApi()  # type: ignore[assignment]
 
     def open_exec(self, namespace: str, pod: str, argv: Sequence[Any], **_: Any) -> Any:
         raise _Reached(argv)
-
-    def touch(self, *_: Any) -> None:
-        pass
-
-    def read_secret(self, *_: Any) -> Any:
-        raise _Reached(["preview key"])
 
 
 TIMEOUT_S, OUTPUT_CAP = 60, 1 << 20
@@ -266,7 +270,7 @@ def _positional(method: str, arguments: dict[str, Any]) -> tuple[list[Any], dict
 
 def check_client_call(case: tuple[str, dict[str, Any]]) -> str:
     method, arguments = case
-    sandbox = Sandbox(_RecordingCluster(), BODY)  # type: ignore[arg-type]
+    sandbox = Sandbox(_RecordingIO(), SandboxSteps(BODY, {}, threading.Lock()))
     args, kwargs = _positional(method, arguments)
     try:
         getattr(sandbox, method)(*args, **kwargs)

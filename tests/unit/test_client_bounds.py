@@ -8,20 +8,17 @@ fake exec socket whose frames never end: a call that returns at all has stopped 
 
 from __future__ import annotations
 
-import asyncio
 import itertools
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator
 from datetime import UTC, datetime
 from typing import NoReturn
 
 import pytest
 
 from openblox.agent_tools.shaping import process_info
-from openblox.client import background
-from openblox.client.async_cluster import AsyncCluster
-from openblox.client.async_supervised import _AsyncSupervisedRun
-from openblox.client.cluster import Cluster
+from openblox.client import AsyncClient, Client, background, cluster
+from openblox.client.effects import Plan
 from openblox.client.errors import (
     ExecTransportError,
     FileOperationError,
@@ -31,13 +28,14 @@ from openblox.client.errors import (
 from openblox.client.files import listing_of
 from openblox.client.processes import ANSWER_BYTES, LOG_BYTES, process_of, processes_of
 from openblox.client.results import ExecResult
-from openblox.client.supervised import SUPERVISOR_STDERR_BYTES, _SupervisedRun
+from openblox.client.supervised import SUPERVISOR_STDERR_BYTES, SupervisedRun, read_supervised
 from openblox.denials import ExecOutcome
-from openblox.transport import ERROR, STDERR, STDOUT, ExecOutputTooLarge, ExecSocket, Frame
-from openblox.transport.aio_exec import AsyncExecSocket
+from openblox.transport import ERROR, STDERR, STDOUT, ExecOutputTooLarge, Frame
 from openblox.transport.frames import STATUS_BYTES, ExecOutput
+from tests.unit.client_fakes import Script, both, run
 from tests.unit.test_transport_exec import FakeAsyncSocket, FakeSocket
 
+Shell = type[Client] | type[AsyncClient]
 CHUNK = 64 * 1024
 
 
@@ -54,26 +52,17 @@ class Endless:
             yield self.frame
 
 
-class FakeCluster(Cluster):
-    def __init__(self, socket: ExecSocket) -> None:
-        self.socket = socket
-        self.argv: list[str] = []
-
-    def open_exec(
-        self, namespace: str, pod: str, argv: Sequence[str], *, stdin: bool, timeout: float
-    ) -> ExecSocket:
-        self.argv = list(argv)
-        return self.socket
+def _socket(
+    shell: Shell, frames: Iterable[Frame], then: Exception | None = None
+) -> FakeSocket | FakeAsyncSocket:
+    """The exec stream of `shell`'s kind that replays `frames` (then raises `then`)."""
+    return FakeSocket(frames, then) if shell is Client else FakeAsyncSocket(frames, then)
 
 
-class FakeAsyncCluster(AsyncCluster):
-    def __init__(self, socket: AsyncExecSocket) -> None:
-        self.socket = socket
-
-    async def open_exec(
-        self, namespace: str, pod: str, argv: Sequence[str], *, stdin: bool, timeout: float
-    ) -> AsyncExecSocket:
-        return self.socket
+def _control(shell: Shell, socket: object, args: list[str], answer: int = ANSWER_BYTES) -> bytes:
+    script = Script()
+    script.execs = [socket]
+    return run(shell, script, background.control("ns", "pod", args, answer=answer))
 
 
 def test_exec_output_stops_a_channel_past_its_limit_and_bounds_what_it_keeps() -> None:
@@ -100,64 +89,77 @@ def test_read_to_end_stops_at_the_bound_and_closes_however_long_the_guest_sends(
         socket.read_to_end(0.0, ExecOutput.bounded(stdout=1 << 20, stderr=1024))
     assert socket.closed
     assert endless.taken == (1 << 20) // CHUNK + 1
+
+
+@both
+def test_the_clients_read_to_end_keeps_what_came_before_a_break_and_closes(shell: Shell) -> None:
+    frames = [Frame(STDOUT, b"out"), Frame(STDERR, b"err"), Frame(ERROR, b'{"status": "Success"}')]
+    whole = ExecOutput()
+    socket = _socket(shell, frames)
+    run(shell, Script(), cluster.read_to_end(socket, 0.0, whole))
+    assert (bytes(whole.stdout), bytes(whole.stderr), whole.exit_code) == (b"out", b"err", 0)
+    assert socket.closed
+    broken = _socket(shell, frames[:1], then=TimeoutError())
+    partial = ExecOutput()
+    with pytest.raises(TimeoutError):
+        run(shell, Script(), cluster.read_to_end(broken, 0.0, partial))
+    assert (bytes(partial.stdout), partial.exit_code) == (b"out", None)
+    assert broken.closed
+
+
+@both
+def test_the_clients_read_to_end_stops_at_the_bound_and_closes(shell: Shell) -> None:
     endless = Endless(STDERR)
-    asynchronous = FakeAsyncSocket(endless)
+    socket = _socket(shell, endless)
+    output = ExecOutput.bounded(stdout=10, stderr=CHUNK)
     with pytest.raises(ExecOutputTooLarge):
-        asyncio.run(asynchronous.read_to_end(0.0, ExecOutput.bounded(stdout=10, stderr=CHUNK)))
-    assert asynchronous.closed and endless.taken == 2
+        run(shell, Script(), cluster.read_to_end(socket, 0.0, output))
+    assert socket.closed and endless.taken == 2
 
 
+@both
 @pytest.mark.parametrize("channel", [STDOUT, STDERR])
-def test_a_flooded_control_answer_is_a_typed_error_at_its_bound(channel: int) -> None:
+def test_a_flooded_control_answer_is_a_typed_error_at_its_bound(shell: Shell, channel: int) -> None:
     """The attack seen: `ps` answered 64 MiB and more against a cap of 1 MiB."""
     endless = Endless(channel)
-    socket = FakeSocket(endless)
+    socket = _socket(shell, endless)
     with pytest.raises(OutputLimitExceeded, match="the answer to ps's") as raised:
-        background.control(FakeCluster(socket), "ns", "pod", ["ps"])
+        _control(shell, socket, ["ps"])
     assert socket.closed
     bound = ANSWER_BYTES if channel == STDOUT else SUPERVISOR_STDERR_BYTES
     assert raised.value.limit == bound
     assert endless.taken <= bound // CHUNK + 1
-    endless = Endless(channel)
-    asynchronous = FakeAsyncSocket(endless)
-    with pytest.raises(OutputLimitExceeded):
-        asyncio.run(FakeAsyncCluster(asynchronous).control("ns", "pod", ["ps"]))
-    assert asynchronous.closed and endless.taken <= bound // CHUNK + 1
 
 
-def test_logs_accept_no_more_than_they_asked_for_nor_than_the_sandbox_keeps() -> None:
+@both
+def test_logs_accept_no_more_than_they_asked_for_nor_than_the_sandbox_keeps(shell: Shell) -> None:
     args, answer = background.logs_arguments("web", "stdout", 10 * LOG_BYTES)
     assert (args, answer) == (["logs", "web", "stdout", str(LOG_BYTES)], LOG_BYTES)
     args, answer = background.logs_arguments("web", "stderr", 100)
-    socket = FakeSocket([Frame(STDOUT, b"x" * 101)])
+    socket = _socket(shell, [Frame(STDOUT, b"x" * 101)])
     with pytest.raises(OutputLimitExceeded, match="past 100 bytes"):
-        background.control(FakeCluster(socket), "ns", "pod", args, answer=answer)
+        _control(shell, socket, args, answer=answer)
 
 
-def test_a_record_the_sandbox_damaged_is_its_own_error() -> None:
+@both
+def test_a_record_the_sandbox_damaged_is_its_own_error(shell: Shell) -> None:
     exit_5 = (
         b'{"status": "Failure", "details": {"causes": [{"reason": "ExitCode", "message": "5"}]}}'
     )
     said = b"the state of web in the sandbox is damaged, so it was refused: stdout is a link\n"
-    socket = FakeSocket([Frame(STDERR, said), Frame(ERROR, exit_5)])
+    socket = _socket(shell, [Frame(STDERR, said), Frame(ERROR, exit_5)])
     with pytest.raises(ProcessRecordDamaged, match="stdout is a link"):
-        background.control(FakeCluster(socket), "ns", "pod", ["logs", "web", "stdout", "9"])
+        _control(shell, socket, ["logs", "web", "stdout", "9"])
 
 
-def _result(outcome: ExecOutcome, duration: float) -> ExecResult:
+def _result(outcome: ExecOutcome, duration: float) -> Plan[ExecResult]:
+    yield from ()
     return ExecResult(outcome.stdout, outcome.stderr, outcome.exit_code, False, False, duration)
 
 
-def _broken(status: bytes, stderr: bytearray, since: datetime) -> NoReturn:
+def _broken(status: bytes, stderr: bytearray, since: datetime) -> Plan[NoReturn]:
+    yield from ()
     raise AssertionError("a bounded stream is not a broken one")
-
-
-async def _async_result(outcome: ExecOutcome, duration: float) -> ExecResult:
-    return _result(outcome, duration)
-
-
-async def _async_broken(status: bytes, stderr: bytearray, since: datetime) -> NoReturn:
-    _broken(status, stderr, since)
 
 
 def _framed(tag: bytes, payload: bytes) -> bytes:
@@ -176,25 +178,19 @@ def _framed(tag: bytes, payload: bytes) -> bytes:
     ],
     ids=["stderr", "past-the-cap", "empty-frames"],
 )
-def test_a_supervised_exec_stops_reading_at_its_bound(frames: Endless, error: type) -> None:
+@both
+def test_a_supervised_exec_stops_reading_at_its_bound(
+    shell: Shell, frames: Endless, error: type
+) -> None:
+    frames.taken = 0  # the same frames serve each shell's run
     started = datetime.now(UTC)
-    socket = FakeSocket(frames)
-    run = _SupervisedRun(
-        socket, make_result=_result, on_broken=_broken, stdin=None, timeout=10.0, cap=4096,
-        argv=("x",), cwd=None, started_at=started,
-    )  # fmt: skip
+    socket = _socket(shell, frames)
+    supervised = SupervisedRun(timeout=10.0, cap=4096, argv=("x",), cwd=None, started_at=started)
+    plan = read_supervised(supervised, socket, stdin=None, make_result=_result, on_broken=_broken)
     with pytest.raises(error):
-        run.collect()
+        run(shell, Script(), plan)
     assert socket.closed
-    frames.taken = 0
-    asynchronous = FakeAsyncSocket(frames)
-    twin = _AsyncSupervisedRun(
-        asynchronous, make_result=_async_result, on_broken=_async_broken, stdin=None,
-        timeout=10.0, cap=4096, argv=("x",), cwd=None, started_at=started,
-    )  # fmt: skip
-    with pytest.raises(error):
-        asyncio.run(twin.collect())
-    assert asynchronous.closed and frames.taken <= SUPERVISOR_STDERR_BYTES // CHUNK + 6
+    assert frames.taken <= SUPERVISOR_STDERR_BYTES // CHUNK + 6
 
 
 def test_the_answers_about_processes_are_checked_not_trusted() -> None:

@@ -92,6 +92,40 @@ def test_pure_layers_import_nothing_that_does_io_or_talks_to_a_cluster(layer: st
 
 # Pure modules inside a package that also does I/O, and the openblox modules each may use.
 TRANSPORT_CORE = ("openblox.transport.errors", "openblox.transport.frames")
+# What the client's plans may use: the pure layers, the transport's pure core, the client's
+# own pure modules, and the preview tokens links are signed with (the one import against
+# the layer order, named in ARCHITECTURE.md).
+CLIENT_PURE = tuple(
+    f"openblox.client.{name}"
+    for name in (
+        "arguments",
+        "errors",
+        "launch",
+        "limits",
+        "postmortem",
+        "processes",
+        "readiness",
+        "results",
+        "effects",
+        "cluster",
+        "client_steps",
+        "sandbox_steps",
+        "findings",
+        "supervised",
+        "files",
+        "background",
+        "preview",
+    )
+)
+CLIENT_PLANS = (
+    *BASE,
+    "openblox.denials",
+    *TRANSPORT_CORE,
+    "openblox.transport.rest",
+    *CLIENT_PURE,
+    "openblox.preview.keys",
+    "openblox.preview.tokens",
+)
 PURE_MODULES = {
     "agent_tools/schemas.py": ("openblox.names",),
     "agent_tools/shaping.py": (
@@ -109,6 +143,22 @@ PURE_MODULES = {
     "client/postmortem.py": (*BASE, "openblox.denials", "openblox.transport.frames"),
     "client/readiness.py": ("openblox.names",),
     "client/limits.py": (),
+    # The client's plans (ADR 0017): every decision of `Client` and `AsyncClient`, written
+    # once and free of I/O; only `sync_io` and `async_io` perform what they ask.
+    **dict.fromkeys(
+        (
+            "client/effects.py",
+            "client/cluster.py",
+            "client/client_steps.py",
+            "client/sandbox_steps.py",
+            "client/findings.py",
+            "client/supervised.py",
+            "client/files.py",
+            "client/background.py",
+            "client/preview.py",
+        ),
+        CLIENT_PLANS,
+    ),
 }
 
 

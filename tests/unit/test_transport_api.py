@@ -1,8 +1,9 @@
-"""The request path against a server on loopback: typed errors, a 401 retried with a fresh
-token, and watch events read line by line."""
+"""The request path against a server on loopback, blocking and asyncio: typed errors, a 401
+retried with a fresh token, and watch events read line by line."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import threading
 from collections.abc import Iterator
@@ -14,6 +15,8 @@ from typing import Any
 import pytest
 
 from openblox.transport import Api, Conflict, Credentials, Gone, NotFound, Session, Unauthorized
+from openblox.transport.async_api import AsyncApi
+from openblox.transport.rest import Call, Watch
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -120,3 +123,67 @@ def test_a_write_guard_refuses_before_anything_is_sent(server: tuple[str, Path])
         api.post("/api/v1/namespaces/n/pods", {})
     assert _Handler.seen == []
     assert api.get("/api/v1/namespaces/n/pods/p")["kind"] == "Pod"  # reads pass
+
+
+# ------------------------------------------------------------------ the asyncio request path
+# The same server, through `async_api.AsyncApi`: what to send and what an answer means are
+# `rest`'s for both paths (`Endpoint`, `Exchange`), so the answers are the same.
+
+
+def _async_send(api: AsyncApi, call: Call) -> dict[str, Any]:
+    async def send() -> dict[str, Any]:
+        try:
+            return await api.send(call)
+        finally:
+            await api.aclose()
+
+    return asyncio.run(send())
+
+
+def test_the_asyncio_path_raises_the_same_typed_errors(server: tuple[str, Path]) -> None:
+    address, token = server
+    token.write_text("fresh")
+    api = AsyncApi(Session(Credentials(server=address, token_file=str(token))))
+    assert _async_send(api, Call("GET", "/api/v1/namespaces/n/pods/p"))["kind"] == "Pod"
+    with pytest.raises(NotFound) as missing:
+        _async_send(api, Call("GET", "/api/v1/namespaces/n/pods/absent"))
+    assert missing.value.message == "absent"
+    with pytest.raises(Conflict):
+        _async_send(api, Call("POST", "/api/v1/namespaces/n/pods", {"metadata": {}}))
+    assert _Handler.seen[-1][2] == '{"metadata": {}}'
+
+
+def test_the_asyncio_path_sends_once_more_after_a_401_only_when_the_token_can_change(
+    server: tuple[str, Path],
+) -> None:
+    address, token = server
+    api = AsyncApi(Session(Credentials(server=address, token_file=str(token))))
+    api.session.bearer_token()  # "stale" is now cached
+    token.write_text("fresh")
+    assert _async_send(api, Call("GET", "/api/v1/namespaces/n/pods/p"))["kind"] == "Pod"
+    assert [auth for _, _, auth in _Handler.seen] == ["Bearer stale", "Bearer fresh"]
+    static = AsyncApi(Session(Credentials(server=address, token="wrong")))
+    with pytest.raises(Unauthorized):
+        _async_send(static, Call("GET", "/api/v1/namespaces/n/pods/p"))
+    assert len(_Handler.seen) == 3
+
+
+def test_the_asyncio_watch_yields_events_then_raises_the_error_event(
+    server: tuple[str, Path],
+) -> None:
+    address, token = server
+    token.write_text("fresh")
+    api = AsyncApi(Session(Credentials(server=address, token_file=str(token))))
+
+    async def watch() -> list[dict[str, Any]]:
+        seen: list[dict[str, Any]] = []
+        try:
+            async for event in api.watch(Watch("/api/v1/pods", "5", 3, {})):
+                seen.append(event)
+        finally:
+            await api.aclose()
+        return seen
+
+    with pytest.raises(Gone, match="too old"):
+        asyncio.run(watch())
+    assert "resourceVersion=5" in _Handler.seen[0][1]

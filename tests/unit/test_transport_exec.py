@@ -1,10 +1,10 @@
-"""`read_to_end`, sync and asyncio: every frame into one ExecOutput, and the socket closed
-however the stream ended (the frames themselves are the transport's; faked here). And
-`abort`, which ends a stream from another thread without waiting on the peer."""
+"""`read_to_end`: every frame into one ExecOutput, and the socket closed however the stream
+ended (the frames themselves are the transport's; faked here; the clients' own reader is
+`client.cluster.read_to_end`, tested in test_client_bounds). And `abort`, which ends a
+stream from another thread without waiting on the peer. The fake sockets serve both."""
 
 from __future__ import annotations
 
-import asyncio
 import socket
 import threading
 import time
@@ -14,7 +14,7 @@ import pytest
 import websocket
 
 from openblox.transport import STDERR, STDOUT, ExecOutput, ExecSocket, Frame
-from openblox.transport.aio_exec import AsyncExecSocket
+from openblox.transport.async_exec import AsyncExecSocket
 
 FRAMES = [Frame(STDOUT, b"out"), Frame(STDERR, b"err"), Frame(3, b'{"status": "Success"}')]
 
@@ -60,19 +60,6 @@ def test_read_to_end_keeps_what_came_before_the_stream_broke_and_still_closes() 
         socket.read_to_end(0.0, output)
     assert (bytes(output.stdout), output.exit_code) == (b"out", None)
     assert socket.closed
-
-
-def test_the_async_read_to_end_is_the_same() -> None:
-    socket = FakeAsyncSocket(FRAMES)
-    output = asyncio.run(socket.read_to_end(0.0))
-    assert (bytes(output.stdout), bytes(output.stderr), output.exit_code) == (b"out", b"err", 0)
-    assert socket.closed
-    broken = FakeAsyncSocket(FRAMES[:1], then=TimeoutError())
-    partial = ExecOutput()
-    with pytest.raises(TimeoutError):
-        asyncio.run(broken.read_to_end(0.0, partial))
-    assert bytes(partial.stdout) == b"out"
-    assert broken.closed
 
 
 def test_abort_ends_a_read_blocked_on_the_stream_at_once() -> None:

@@ -1,5 +1,10 @@
 """The caller's side: create sandboxes from profiles and run code in them.
 
+`Client` (`sync_client`) and `AsyncClient` (`async_client`) are two thin shells over one
+set of plans (`client_steps`, `sandbox_steps`, `files`, `supervised`, `findings`, on
+`effects`): every decision is written once, and each shell only performs I/O its way
+(`sync_io`, `async_io`; ADR 0017).
+
 The async client is loaded on first use (`from openblox.client import AsyncClient` works
 as before): it brings aiohttp, which a caller of the sync `Client`, the CLI among them,
 need not pay for in import time and memory.
@@ -23,8 +28,8 @@ from openblox.client.errors import (
 from openblox.client.limits import ExecLimits
 from openblox.client.processes import Process, Processes
 from openblox.client.results import ExecResult
-from openblox.client.supervised import ExecStream, OutputChunk
-from openblox.client.sync import Client, Sandbox
+from openblox.client.supervised import OutputChunk
+from openblox.client.sync_client import Client, ExecStream, Sandbox
 
 if TYPE_CHECKING:
     from openblox.client.async_client import AsyncClient, AsyncExecStream, AsyncSandbox

@@ -17,7 +17,8 @@ from openblox.client.arguments import (
     checked_grace,
     env_pairs,
 )
-from openblox.client.cluster import Cluster
+from openblox.client.cluster import open_exec, read_to_end
+from openblox.client.effects import Plan
 from openblox.client.errors import (
     ExecTransportError,
     InvalidArgument,
@@ -29,7 +30,8 @@ from openblox.client.errors import (
 from openblox.client.launch import SUPERVISOR_ARGV
 from openblox.client.processes import ANSWER_BYTES, LOG_BYTES, check_process_name
 from openblox.client.supervised import SUPERVISOR_STDERR_BYTES
-from openblox.transport import ExecOutput, ExecStreamError
+from openblox.transport.errors import ExecStreamError
+from openblox.transport.frames import ExecOutput
 
 # The supervisor's exit codes for "no process by that name", and for a record in the
 # sandbox that is not what its keeper wrote (supervisor.py's copies are held equal to
@@ -78,22 +80,21 @@ def logs_arguments(name: str, stream: str, limit: int) -> tuple[list[str], int]:
 
 
 def control(
-    cluster: Cluster,
     namespace: str,
     pod: str,
     args: Sequence[str],
     timeout: float = 30.0,
     *,
     answer: int = ANSWER_BYTES,
-) -> bytes:
+) -> Plan[bytes]:
     """Run one of the supervisor's own modes in the pod and return its stdout, which may be
     at most `answer` bytes: past that the client stops reading (OutputLimitExceeded)."""
-    socket = cluster.open_exec(
+    socket = yield from open_exec(
         namespace, pod, [*SUPERVISOR_ARGV, *args], stdin=False, timeout=timeout
     )
     output = control_accumulator(answer)
     with control_errors(args[0], timeout):
-        socket.read_to_end(time.monotonic() + timeout, output)
+        yield from read_to_end(socket, time.monotonic() + timeout, output)
     return control_output(args[0], output)
 
 
@@ -105,8 +106,7 @@ def control_accumulator(answer: int) -> ExecOutput:
 
 @contextlib.contextmanager
 def control_errors(operation: str, timeout: float) -> Iterator[None]:
-    """A control mode's stream that ran out of time or broke, as the client's error (a
-    plain `with`, so the async client's twin uses it around its `await` too)."""
+    """A control mode's stream that ran out of time or broke, as the client's error."""
     try:
         yield
     except TimeoutError as error:

@@ -2,16 +2,17 @@
 
 No shell, so no quoting to get wrong. Every operation is idempotent (a whole-file write,
 a read, a listing, a removal), which is why the helper may run one again after its
-stream broke (`Sandbox`'s helper runner does, once).
+stream broke (`SandboxSteps.helper` does, once). The calls are plans (`effects`), for
+both clients' `files`.
 """
 
 from __future__ import annotations
 
 import builtins
 import json
-from collections.abc import Iterator
 from typing import Any, Protocol
 
+from openblox.client.effects import Plan
 from openblox.client.errors import FileOperationError
 from openblox.client.results import ExecResult
 from openblox.names import WORKSPACE_DIR
@@ -41,36 +42,34 @@ def listing_of(result: ExecResult, path: str) -> builtins.list[dict[str, Any]]:
 class HelperRunner(Protocol):
     def __call__(
         self, operation: str, *args: str, stdin: bytes | None = ..., output_limit: int | None = ...
-    ) -> ExecResult: ...
+    ) -> Plan[ExecResult]: ...
 
 
-class Files:
+def _checked(result: ExecResult, path: str) -> ExecResult:
+    if result.exit_code != 0:
+        raise FileOperationError(path, result.stderr.decode("utf-8", "replace").strip())
+    return result
+
+
+class FileSteps:
     """Files inside the sandbox, moved as argv and stdin: no shell, so no quoting to get wrong."""
 
     def __init__(self, helper: HelperRunner) -> None:
         self._helper = helper
 
-    def _check(self, result: ExecResult, path: str) -> ExecResult:
-        if result.exit_code != 0:
-            raise FileOperationError(path, result.stderr.decode("utf-8", "replace").strip())
-        return result
-
-    def write(self, path: str, data: bytes | str, mode: int = 0o644) -> None:
+    def write(self, path: str, data: bytes | str, mode: int = 0o644) -> Plan[None]:
         payload = data.encode() if isinstance(data, str) else data
-        self._check(self._helper("write", path, oct(mode), stdin=payload), path)
+        _checked((yield from self._helper("write", path, oct(mode), stdin=payload)), path)
 
-    def read(self, path: str, limit: int = DEFAULT_READ_LIMIT) -> bytes:
+    def read(self, path: str, limit: int = DEFAULT_READ_LIMIT) -> Plan[bytes]:
         """The file's bytes; a file larger than `limit` raises rather than coming back cut."""
-        result = self._check(self._helper("read", path, output_limit=limit + 1), path)
+        result = _checked((yield from self._helper("read", path, output_limit=limit + 1)), path)
         if len(result.stdout) > limit:
             raise FileOperationError(path, f"larger than the read limit of {limit} bytes")
         return result.stdout
 
-    def list(self, path: str = WORKSPACE_DIR) -> builtins.list[dict[str, Any]]:
-        return listing_of(self._check(self._helper("list", path), path), path)
+    def list(self, path: str = WORKSPACE_DIR) -> Plan[builtins.list[dict[str, Any]]]:
+        return listing_of(_checked((yield from self._helper("list", path)), path), path)
 
-    def remove(self, path: str) -> None:
-        self._check(self._helper("remove", path), path)
-
-    def __iter__(self) -> Iterator[dict[str, Any]]:
-        return iter(self.list())
+    def remove(self, path: str) -> Plan[None]:
+        _checked((yield from self._helper("remove", path)), path)

@@ -17,11 +17,12 @@ import time
 from collections.abc import Mapping
 
 from openblox.client.arguments import checked_port, checked_ttl
-from openblox.client.cluster import SYSTEM_NAMESPACE, Cluster
+from openblox.client.cluster import SYSTEM_NAMESPACE, read_config_map, read_secret
+from openblox.client.effects import Plan
 from openblox.client.errors import OpenbloxClientError
 from openblox.preview.keys import SECRET_NAME, KeyRing, KeyRingError
 from openblox.preview.tokens import MAX_TTL_SECONDS, Grant, sign
-from openblox.transport import ApiError
+from openblox.transport.errors import ApiError
 
 CONFIG_MAP = "openblox-preview"
 PREVIEW_SERVICE = "openblox-preview"  # the proxy's Service (manifests/preview.yaml)
@@ -33,9 +34,9 @@ class PreviewUnavailable(OpenbloxClientError):
     """No key to sign with: the Secret is missing, unreadable to this caller, or invalid."""
 
 
-def read_key_ring(cluster: Cluster) -> KeyRing:
+def read_key_ring() -> Plan[KeyRing]:
     try:
-        data = cluster.read_secret(SECRET_NAME, SYSTEM_NAMESPACE)
+        data = yield from read_secret(SECRET_NAME, SYSTEM_NAMESPACE)
     except ApiError as error:
         raise secret_unreadable(error.status) from error
     return key_ring(data)
@@ -57,16 +58,15 @@ def key_ring(data: Mapping[str, str]) -> KeyRing:
         raise PreviewUnavailable(f"the preview key Secret is not usable: {error}") from error
 
 
-def base_url(cluster: Cluster) -> str:
+def base_url() -> Plan[str]:
     try:
-        data = cluster.read_config_map(CONFIG_MAP, SYSTEM_NAMESPACE)
+        data = yield from read_config_map(CONFIG_MAP, SYSTEM_NAMESPACE)
     except ApiError:
         return DEFAULT_BASE_URL
     return str(data.get("baseURL") or DEFAULT_BASE_URL)
 
 
 def preview_url(
-    cluster: Cluster,
     namespace: str,
     name: str,
     uid: str,
@@ -75,13 +75,13 @@ def preview_url(
     ttl: float = DEFAULT_TTL_SECONDS,
     base: str | None = None,
     now: float | None = None,
-) -> str:
+) -> Plan[str]:
     """A signed URL to 127.0.0.1:`port` inside the Sandbox `uid`, valid for `ttl` seconds."""
     port = checked_port(port)
     ttl = checked_ttl(ttl, MAX_TTL_SECONDS)
-    ring = read_key_ring(cluster)
+    ring = yield from read_key_ring()
     grant = Grant(namespace, name, uid, port, expiry(ttl, now))
-    return signed_url(grant, ring, base or base_url(cluster))
+    return signed_url(grant, ring, base or (yield from base_url()))
 
 
 def expiry(ttl: float, now: float | None = None) -> int:

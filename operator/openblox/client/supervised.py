@@ -1,25 +1,29 @@
-"""One command under the in-sandbox supervisor: its framed output, live or collected."""
+"""One command under the in-sandbox supervisor: its framed output, live or collected.
+
+`read_supervised` is the one reader of a supervised exec, a plan (`effects`) that both
+clients drive; `_FrameDecoder` checks the supervisor's frames against the call's cap."""
 
 from __future__ import annotations
 
 import json
-import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, NoReturn
 
+from openblox.client.effects import Emit, Frames, Next, Plan, SendStdin, closing
 from openblox.client.errors import ExecTransportError, OutputLimitExceeded, stream_error
 from openblox.client.results import ExecResult
 from openblox.denials import ExecOutcome
-from openblox.transport import ExecOutput, ExecSocket, ExecStreamError
+from openblox.transport.errors import ExecStreamError
+from openblox.transport.frames import ExecOutput
 
 # What to make of an outcome (classify its denials), given the seconds it took.
-ResultMaker = Callable[[ExecOutcome, float], ExecResult]
+ResultMaker = Callable[[ExecOutcome, float], Plan[ExecResult]]
 # Called when the stream ended without a verdict (the final Status, the stderr, when the
 # exec began); it finds out why and raises.
-BrokenHandler = Callable[[bytes, bytearray, datetime], NoReturn]
+BrokenHandler = Callable[[bytes, bytearray, datetime], Plan[NoReturn]]
 
 # How long past the command's own timeout the supervisor may take to report.
 EXEC_GRACE_SECONDS = 10.0
@@ -36,42 +40,34 @@ class OutputChunk:
     data: bytes
 
 
-class _RunParts:
-    """What a supervised run is, sync or asyncio: the call's limits, the decoder of the
-    supervisor's frames, and the outcome they add up to."""
+@dataclass
+class SupervisedRun:
+    """One command under the supervisor, as far as it has been read: the call's limits,
+    the decoder of the supervisor's frames, and the outcome they add up to. A streaming
+    run hands its output to the caller as it comes, and keeps only a tail of it."""
 
-    def __init__(
-        self,
-        *,
-        timeout: float,
-        cap: int,
-        argv: tuple[str, ...],
-        cwd: str | None,
-        started_at: datetime,
-    ) -> None:
-        self._timeout = timeout
-        self._cap = cap
-        self._argv = argv
-        self._cwd = cwd
-        self._started_at = started_at
-        self._started = time.monotonic()
-        self._decoder = _FrameDecoder(cap)
-        self._result: ExecResult | None = None
+    timeout: float
+    cap: int
+    argv: tuple[str, ...]
+    cwd: str | None
+    started_at: datetime
+    streaming: bool = False
+    started: float = field(default_factory=time.monotonic)
 
-    @property
-    def result(self) -> ExecResult:
-        if self._result is None:
-            raise RuntimeError("the command's result is known once its output has been read")
-        return self._result
+    def __post_init__(self) -> None:
+        self.decoder = _FrameDecoder(self.cap, keep=not self.streaming)
 
-    def _deadline(self) -> float:
-        return self._started + self._timeout + EXEC_GRACE_SECONDS
+    def deadline(self) -> float:
+        return self.started + self.timeout + EXEC_GRACE_SECONDS
 
-    def _timed_out(self) -> ExecOutcome:
+    def elapsed(self) -> float:
+        return time.monotonic() - self.started
+
+    def timed_out(self) -> ExecOutcome:
         """The client's own deadline passed: the supervisor never reported."""
         return self._outcome(137, timed_out=True, truncated=False, signal=None)
 
-    def _verdict_outcome(self, verdict: dict[str, Any]) -> ExecOutcome:
+    def verdict_outcome(self, verdict: dict[str, Any]) -> ExecOutcome:
         return self._outcome(
             int(verdict["exit_code"]),
             timed_out=bool(verdict["timed_out"]),
@@ -84,109 +80,67 @@ class _RunParts:
         self, exit_code: int, *, timed_out: bool, truncated: bool, signal: int | None
     ) -> ExecOutcome:
         return ExecOutcome(
-            bytes(self._decoder.stdout),
-            bytes(self._decoder.stderr),
+            bytes(self.decoder.stdout),
+            bytes(self.decoder.stderr),
             exit_code,
             timed_out,
             truncated,
-            self._timeout,
-            self._cap,
+            self.timeout,
+            self.cap,
             signal,
-            self._argv,
-            self._cwd,
+            self.argv,
+            self.cwd,
         )
 
 
-class _SupervisedRun(_RunParts):
-    """Reads one supervised exec to its verdict; `chunks()` yields output on the way."""
-
-    def __init__(
-        self,
-        socket: ExecSocket,
-        *,
-        make_result: ResultMaker,
-        on_broken: BrokenHandler,
-        stdin: bytes | None,
-        timeout: float,
-        cap: int,
-        argv: tuple[str, ...],
-        cwd: str | None,
-        started_at: datetime,
-        fallback: Callable[[], ExecSocket] | None = None,
-    ) -> None:
-        super().__init__(timeout=timeout, cap=cap, argv=argv, cwd=cwd, started_at=started_at)
-        self._make_result = make_result
-        self._on_broken = on_broken
-        self._socket = socket
-        self._stdin = stdin
-        self._fallback = fallback
-        self._send_stdin()
-
-    def _send_stdin(self) -> None:
-        if self._stdin is not None:
-            threading.Thread(
-                target=_send_all, args=(self._socket, self._stdin), daemon=True
-            ).start()
-
-    def collect(self) -> ExecResult:
-        for _ in self.chunks():
-            pass
-        return self.result
-
-    def chunks(self, keep: bool = True) -> Iterator[OutputChunk]:
-        self._decoder.keep = keep
-        while True:
-            output = supervised_output()
-            try:
-                for frame in self._socket.frames(self._deadline()):
-                    if stdout := output.feed(frame):
-                        yield from self._decoder.feed(stdout)
-            except TimeoutError:
-                self._finish(self._timed_out())
-                return
-            except ExecStreamError as error:
-                raise stream_error(error, "the exec") from error
-            finally:
-                self._socket.close()
-            verdict = self._decoder.verdict
-            if (
-                verdict is None
-                and self._fallback
-                and _supervisor_missing(output.status, self._decoder)
-            ):
-                self._socket, self._fallback = self._fallback(), None
-                self._decoder = _FrameDecoder(self._cap, keep=keep)
-                self._send_stdin()
-                continue
-            if verdict is None:
-                self._on_broken(output.status, output.stderr, self._started_at)
-            break
-        self._finish(self._verdict_outcome(verdict))
-
-    def _finish(self, outcome: ExecOutcome) -> None:
-        self._result = self._make_result(outcome, time.monotonic() - self._started)
+# Marks, in a streaming call's output, that the exec is open and its stdin on its way: the
+# shell's `stream` returns there, and the caller reads on.
+STARTED = object()
 
 
-class ExecStream:
-    """Output of a running command as it arrives; see `Sandbox.stream`."""
+def read_supervised(
+    run: SupervisedRun,
+    socket: object,
+    *,
+    stdin: bytes | None,
+    make_result: ResultMaker,
+    on_broken: BrokenHandler,
+    fallback: Callable[[], Plan[object]] | None = None,
+) -> Plan[ExecResult]:
+    """Reads one supervised exec to its verdict, emitting its output on the way when the
+    run streams. If the native supervisor turned out to be missing (`fallback` given), the
+    command never started: it runs once more through `fallback`'s stream."""
+    if stdin is not None:
+        yield SendStdin(socket, stdin)
+    if run.streaming:
+        yield Emit(STARTED)
+    while True:
+        output = supervised_output()
+        try:
+            yield from closing(socket, _decode(run, socket, output))
+        except TimeoutError:
+            return (yield from make_result(run.timed_out(), run.elapsed()))
+        except ExecStreamError as error:
+            raise stream_error(error, "the exec") from error
+        verdict = run.decoder.verdict
+        if verdict is not None:
+            return (yield from make_result(run.verdict_outcome(verdict), run.elapsed()))
+        if fallback and _supervisor_missing(output.status, run.decoder):
+            socket, fallback = (yield from fallback()), None
+            run.decoder = _FrameDecoder(run.cap, keep=not run.streaming)
+            if stdin is not None:
+                yield SendStdin(socket, stdin)
+            continue
+        return (yield from on_broken(output.status, output.stderr, run.started_at))
 
-    def __init__(self, run: _SupervisedRun) -> None:
-        self._run = run
 
-    def __iter__(self) -> Iterator[OutputChunk]:
-        # Chunks go to the caller, not into memory: only the tail the denial classifier
-        # needs is kept.
-        return self._run.chunks(keep=False)
-
-    def __enter__(self) -> ExecStream:
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        self._run._socket.close()
-
-    @property
-    def result(self) -> ExecResult:
-        return self._run.result
+def _decode(run: SupervisedRun, socket: object, output: ExecOutput) -> Plan[None]:
+    frames = yield Frames(socket, run.deadline())
+    while (frame := (yield Next(frames))) is not None:
+        if stdout := output.feed(frame):
+            for chunk in run.decoder.feed(stdout):
+                if run.streaming:
+                    yield Emit(chunk)
 
 
 def supervised_output() -> ExecOutput:
@@ -215,14 +169,6 @@ def _supervisor_missing(status: bytes, decoder: _FrameDecoder) -> bool:
         reason in message
         for reason in ("no such file or directory", "permission denied", "not found")
     )
-
-
-def _send_all(socket: ExecSocket, data: bytes) -> None:
-    try:
-        socket.send_stdin(data)
-        socket.close_stdin()
-    except Exception:  # the reader reports the broken stream; nothing to add here
-        pass
 
 
 # What a streamed command keeps of its own output, for classifying denials (the

@@ -24,8 +24,8 @@ from openblox.transport import (
     path,
     status_of,
 )
-from openblox.transport.api import WriteGuard
 from openblox.transport.errors import status_object
+from openblox.transport.sync_api import WriteGuard
 
 __all__ = [
     "MERGE_PATCH",

@@ -12,15 +12,22 @@ core another transport (asyncio) builds on; the others do blocking I/O:
   and parsing, exec credential plugins' output;
 - `discovery`: reads the kubeconfig or the ServiceAccount, in that order;
 - `session`: the credentials in use (token re-read or re-fetched, TLS context);
-- `api`: the request path (`Api.get/post/patch/delete/watch`);
+- `sync_api`: the request path (`Api.get/post/patch/delete/watch`);
 - `tls`: a TLS connection one thread writes while another reads;
-- `exec_socket`: one `pods/exec` over a websocket, the only one in the project.
+- `sync_exec`: one `pods/exec` over a websocket (websocket-client, over `tls`).
+
+Their asyncio twins, for `AsyncClient`, pair with them by name: `async_api` and
+`async_exec`, over aiohttp (ADR 0011). They are not imported here, so a process that
+does not use them never loads aiohttp; `ExecSocket` is loaded on first use, so one that
+never opens an exec (the CLI's `ls`, a client that has not run a command yet) never
+loads websocket-client.
 
 Credential order (see `credentials`): an explicit kubeconfig > KUBECONFIG > the pod's
 ServiceAccount > ~/.kube/config.
 """
 
-from openblox.transport.api import Api
+from typing import TYPE_CHECKING, Any
+
 from openblox.transport.credentials import Credentials
 from openblox.transport.discovery import load_credentials
 from openblox.transport.errors import (
@@ -44,7 +51,6 @@ from openblox.transport.errors import (
     is_not_found,
     status_of,
 )
-from openblox.transport.exec_socket import ExecSocket
 from openblox.transport.frames import (
     ERROR,
     STDERR,
@@ -56,6 +62,10 @@ from openblox.transport.frames import (
 )
 from openblox.transport.rest import MERGE_PATCH, STRATEGIC_MERGE_PATCH, path
 from openblox.transport.session import Session
+from openblox.transport.sync_api import Api
+
+if TYPE_CHECKING:
+    from openblox.transport.sync_exec import ExecSocket
 
 __all__ = [
     "ERROR",
@@ -93,3 +103,11 @@ __all__ = [
     "path",
     "status_of",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "ExecSocket":
+        from openblox.transport.sync_exec import ExecSocket
+
+        return ExecSocket
+    raise AttributeError(f"module 'openblox.transport' has no attribute {name!r}")

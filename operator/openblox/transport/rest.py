@@ -1,11 +1,15 @@
-"""Building API requests and reading watch streams, without I/O."""
+"""Building API requests, deciding what their answers mean, and reading watch streams,
+without I/O: the request path's core, which the blocking path (`sync_api`, over
+http.client) and the asyncio one (`async_api`, over aiohttp) only send and receive for.
+
+Requests are named tuples, not dataclasses: every client pays for their classes at import."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from typing import Any
-from urllib.parse import quote, urlencode
+from typing import Any, NamedTuple, Protocol
+from urllib.parse import quote, urlencode, urlsplit
 
 from openblox.transport.errors import api_error
 
@@ -86,3 +90,111 @@ def watch_event(line: bytes) -> dict[str, Any] | None:
             json.dumps(status),
         )
     return event
+
+
+class Call(NamedTuple):
+    """One API request, as its caller means it: a refusal is its typed error, the answer
+    its decoded JSON body."""
+
+    method: str
+    path: str
+    body: Any = None
+    params: Mapping[str, Any] | None = None
+    content_type: str = JSON
+
+
+class Watch(NamedTuple):
+    """One watch request: the events after `resource_version`, for `timeout_seconds`."""
+
+    path: str
+    resource_version: str | None
+    timeout_seconds: int
+    params: Mapping[str, Any]
+
+
+class Prepared(NamedTuple):
+    """One request as it goes out: the method, the target (path and query under the
+    server's prefix), the headers and the body."""
+
+    method: str
+    target: str
+    headers: Mapping[str, str]
+    body: bytes | None = None
+
+
+class Endpoint:
+    """How one client's requests to one API server are prepared: under the server's path
+    prefix, with the client's User-Agent, its extra headers and the caller's credentials."""
+
+    def __init__(
+        self, server: str, user_agent: str, extra_headers: Mapping[str, str] | None = None
+    ) -> None:
+        self.prefix = urlsplit(server).path.rstrip("/")
+        self.user_agent = user_agent
+        self.extra_headers = dict(extra_headers or {})
+
+    def headers(self, authorization: Mapping[str, str], content_type: str | None) -> dict[str, str]:
+        return {**headers(authorization, content_type, self.user_agent), **self.extra_headers}
+
+    def prepare(self, call: Call, authorization: Mapping[str, str]) -> Prepared:
+        payload = encode_body(call.body)
+        sent_as = call.content_type if payload is not None else None
+        where = target(self.prefix, call.path, call.params)
+        return Prepared(call.method, where, self.headers(authorization, sent_as), payload)
+
+    def prepare_watch(self, watch: Watch, authorization: Mapping[str, str]) -> Prepared:
+        query = watch_params(
+            watch.params,
+            resource_version=watch.resource_version,
+            timeout_seconds=watch.timeout_seconds,
+        )
+        where = target(self.prefix, watch.path, query)
+        return Prepared("GET", where, self.headers(authorization, None))
+
+
+class Renewable(Protocol):
+    """The credentials a request is sent with (`session.Session`)."""
+
+    @property
+    def refreshable(self) -> bool: ...
+
+    def authorization(self) -> dict[str, str]: ...
+
+    def invalidate(self) -> None: ...
+
+
+class Exchange:
+    """One request and its answer, without I/O. Send `next_request()` until it is None,
+    giving each answer to `receive`; then `body()` is the decoded JSON.
+
+    A 401 with credentials that can change (a token the kubelet rotates, an exec plugin's
+    that expired) is sent once more with them fetched afresh; any other refusal raises
+    its typed error (NotFound, Conflict, Forbidden, ...).
+    """
+
+    def __init__(self, endpoint: Endpoint, credentials: Renewable, call: Call) -> None:
+        self._endpoint = endpoint
+        self._credentials = credentials
+        self._call = call
+        self._sent = 0
+        self._answer: tuple[int, str, bytes] | None = None
+
+    def next_request(self) -> Prepared | None:
+        if self._answer is not None:
+            status = self._answer[0]
+            if status != 401 or self._sent > 1 or not self._credentials.refreshable:
+                return None
+            self._credentials.invalidate()  # a rotated or expired token: fetch it once more
+        self._sent += 1
+        return self._endpoint.prepare(self._call, self._credentials.authorization())
+
+    def receive(self, status: int, reason: str, data: bytes) -> None:
+        self._answer = (status, reason, data)
+
+    def body(self) -> dict[str, Any]:
+        if self._answer is None:
+            raise RuntimeError("no answer was received")
+        status, reason, data = self._answer
+        if status >= 400:
+            raise api_error(status, reason, data)
+        return decode_body(data)

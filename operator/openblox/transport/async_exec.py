@@ -1,4 +1,4 @@
-"""One `pods/exec` over a websocket for asyncio callers: the twin of `exec_socket.ExecSocket`.
+"""One `pods/exec` over a websocket for asyncio callers: the twin of `sync_exec.ExecSocket`.
 
 The same protocol (`v5.channel.k8s.io`, built and read by the pure `frames`), the same
 errors (ExecStreamError with the refusal's status, TimeoutError past the deadline), over
@@ -11,19 +11,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator
 
 import aiohttp
 
-from openblox.transport.aio_api import AsyncApi
+from openblox.transport.async_api import AsyncApi
 from openblox.transport.errors import ExecStreamError
 from openblox.transport.frames import (
     PROTOCOL,
-    ExecOutput,
     Frame,
     close_message,
     decode_frame,
-    exec_path,
     stdin_messages,
 )
 
@@ -41,19 +39,10 @@ class AsyncExecSocket:
         self._websocket = websocket
 
     @classmethod
-    async def open(
-        cls,
-        api: AsyncApi,
-        namespace: str,
-        pod: str,
-        container: str,
-        argv: Sequence[str],
-        *,
-        stdin: bool,
-        timeout: float,
-        stderr: bool = True,
-    ) -> AsyncExecSocket:
-        where = api.url(exec_path(namespace, pod, container, argv, stdin=stdin, stderr=stderr))
+    async def open(cls, api: AsyncApi, path: str, *, to: str, timeout: float) -> AsyncExecSocket:
+        """The exec at `path` (`frames.exec_path`, which the caller built); `to` names its
+        pod in an error."""
+        where = api.url(path)
         try:
             async with asyncio.timeout(timeout):
                 websocket = await api.http().ws_connect(
@@ -75,7 +64,7 @@ class AsyncExecSocket:
                 f"exec refused ({error.status}): {error.message}", error.status
             ) from error
         except (OSError, TimeoutError, aiohttp.ClientError) as error:
-            raise ExecStreamError(f"could not open exec to {namespace}/{pod}: {error!r}") from error
+            raise ExecStreamError(f"could not open exec to {to}: {error!r}") from error
         if websocket.protocol != PROTOCOL:
             await websocket.close()
             raise ExecStreamError(
@@ -112,16 +101,6 @@ class AsyncExecSocket:
                 frame = decode_frame(message.data)
                 if frame is not None:
                     yield frame
-
-    async def read_to_end(self, deadline: float, output: ExecOutput | None = None) -> ExecOutput:
-        """`ExecSocket.read_to_end`'s twin: every frame into `output`, then closed."""
-        output = output if output is not None else ExecOutput()
-        try:
-            async for frame in self.frames(deadline):
-                output.feed(frame)
-        finally:
-            await self.close()
-        return output
 
     async def close(self) -> None:
         with contextlib.suppress(OSError, aiohttp.ClientError, TimeoutError):

@@ -16,16 +16,17 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from openblox.names import COMMAND
-from openblox.transport.errors import Unauthorized, api_error
+from openblox.transport.errors import api_error
 from openblox.transport.rest import (
     JSON,
     MERGE_PATCH,
-    decode_body,
-    encode_body,
-    headers,
+    Call,
+    Endpoint,
+    Exchange,
+    Prepared,
+    Watch,
     target,
     watch_event,
-    watch_params,
 )
 from openblox.transport.session import Session
 
@@ -58,13 +59,11 @@ class Api:
     ) -> None:
         self.session = session
         self._write_guard = write_guard
-        self._user_agent = user_agent
-        self._extra_headers = dict(extra_headers or {})
+        self._endpoint = Endpoint(session.server, user_agent, extra_headers)
         parts = urlsplit(session.server)
         self._https = parts.scheme == "https"
         self._host = parts.hostname or "localhost"
         self._port = parts.port or (443 if self._https else 80)
-        self._prefix = parts.path.rstrip("/")
         self._local = threading.local()
 
     def guarded(self, write_guard: WriteGuard) -> Api:
@@ -72,8 +71,8 @@ class Api:
         return Api(
             self.session,
             write_guard,
-            user_agent=self._user_agent,
-            extra_headers=self._extra_headers,
+            user_agent=self._endpoint.user_agent,
+            extra_headers=self._endpoint.extra_headers,
         )
 
     def guard_write(self) -> None:
@@ -95,14 +94,8 @@ class Api:
             )
         return http.client.HTTPConnection(self._host, self._port, timeout=timeout)
 
-    def _headers(self, content_type: str | None) -> dict[str, str]:
-        return {
-            **headers(self.session.authorization(), content_type, self._user_agent),
-            **self._extra_headers,
-        }
-
     def url(self, request_path: str, params: Mapping[str, Any] | None = None) -> str:
-        return target(self._prefix, request_path, params)
+        return target(self._endpoint.prefix, request_path, params)
 
     def request(
         self,
@@ -113,26 +106,18 @@ class Api:
         params: Mapping[str, Any] | None = None,
         content_type: str = JSON,
     ) -> dict[str, Any]:
-        with nullcontext() if method == "GET" else self._writing():
-            try:
-                return self._send(method, request_path, body, params, content_type)
-            except Unauthorized:
-                if not self.session.refreshable:
-                    raise
-                self.session.invalidate()  # a rotated or expired token: fetch it once more
-                return self._send(method, request_path, body, params, content_type)
+        return self.send(Call(method, request_path, body, params, content_type))
 
-    def _send(
-        self,
-        method: str,
-        request_path: str,
-        body: Any,
-        params: Mapping[str, Any] | None,
-        content_type: str,
-    ) -> dict[str, Any]:
-        payload = encode_body(body)
-        request_headers = self._headers(content_type if payload is not None else None)
-        where = self.url(request_path, params)
+    def send(self, call: Call) -> dict[str, Any]:
+        """The answer to `call` (`request`'s, as one value)."""
+        exchange = Exchange(self._endpoint, self.session, call)
+        with nullcontext() if call.method == "GET" else self._writing():
+            while (prepared := exchange.next_request()) is not None:
+                exchange.receive(*self._send(prepared))
+        return exchange.body()
+
+    def _send(self, prepared: Prepared) -> tuple[int, str, bytes]:
+        """The answer's status, reason and body, on this thread's keep-alive connection."""
         for attempt in (1, 2):
             connection: http.client.HTTPConnection | None = getattr(self._local, "conn", None)
             fresh = connection is None
@@ -140,7 +125,12 @@ class Api:
                 connection = self._connection(REQUEST_TIMEOUT_SECONDS)
                 self._local.conn = connection
             try:
-                connection.request(method, where, body=payload, headers=request_headers)
+                connection.request(
+                    prepared.method,
+                    prepared.target,
+                    body=prepared.body,
+                    headers=dict(prepared.headers),
+                )
                 response = connection.getresponse()
                 data = response.read()
             except _STALE:
@@ -154,9 +144,7 @@ class Api:
                 connection.close()
                 self._local.conn = None
                 raise
-            if response.status >= 400:
-                raise api_error(response.status, response.reason, data)
-            return decode_body(data)
+            return response.status, response.reason, data
         raise AssertionError("unreachable")
 
     def get(self, request_path: str, **params: Any) -> dict[str, Any]:
@@ -186,14 +174,10 @@ class Api:
     ) -> Iterator[dict[str, Any]]:
         """Events of one watch request (ends when the server closes it), on its own connection."""
         connection = self._connection(timeout_seconds + 30.0)
-        where = self.url(
-            request_path,
-            watch_params(
-                params, resource_version=resource_version, timeout_seconds=timeout_seconds
-            ),
-        )
+        watch = Watch(request_path, resource_version, timeout_seconds, params)
+        prepared = self._endpoint.prepare_watch(watch, self.session.authorization())
         try:
-            connection.request("GET", where, headers=self._headers(None))
+            connection.request("GET", prepared.target, headers=dict(prepared.headers))
             response = connection.getresponse()
             if response.status >= 400:
                 raise api_error(response.status, response.reason, response.read())

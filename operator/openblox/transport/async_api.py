@@ -1,14 +1,15 @@
 """The request path to the API server for asyncio callers, over aiohttp (ADR 0010).
 
-The twin of `api.Api`, built on the same pure core: paths, targets, headers and bodies
+The twin of `sync_api.Api`, built on the same pure core: paths, targets, headers and bodies
 from `rest`, the typed errors of `errors` (NotFound, Conflict, Forbidden, ...), the
 credentials of `session.Session`. No call runs on a thread: TLS is the event loop's own
 (memory BIOs), and every request is a coroutine. One aiohttp session per event loop keeps
 the keep-alive connections; it is made on first use inside the running loop, and made
 again if the caller moved to another loop (a second `asyncio.run`).
 
-A 401 makes the session fetch its token again and the request is sent once more, as in
-the blocking path.
+What to send and what an answer means is `rest`'s (`Endpoint`, `Exchange`), as for the
+blocking path: a 401 makes the session fetch its token again and the request is sent once
+more. The async client performs its plans' `Call`s and `Watch`es here (`send`, `watch`).
 """
 
 from __future__ import annotations
@@ -23,17 +24,8 @@ import aiohttp
 from yarl import URL
 
 from openblox.names import COMMAND
-from openblox.transport.errors import Unauthorized, api_error
-from openblox.transport.rest import (
-    JSON,
-    MERGE_PATCH,
-    decode_body,
-    encode_body,
-    headers,
-    target,
-    watch_event,
-    watch_params,
-)
+from openblox.transport.errors import api_error
+from openblox.transport.rest import Call, Endpoint, Exchange, Prepared, Watch, target, watch_event
 from openblox.transport.session import Session
 
 REQUEST_TIMEOUT_SECONDS = 30.0
@@ -46,10 +38,9 @@ class AsyncApi:
 
     def __init__(self, session: Session, *, user_agent: str = COMMAND) -> None:
         self.session = session
-        self._user_agent = user_agent
+        self._endpoint = Endpoint(session.server, user_agent)
         parts = urlsplit(session.server)
         self._origin = f"{parts.scheme}://{parts.netloc}"
-        self._prefix = parts.path.rstrip("/")
         self._http: aiohttp.ClientSession | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
 
@@ -84,85 +75,38 @@ class AsyncApi:
         self._http = None
 
     def url(self, request_path: str, params: Mapping[str, Any] | None = None) -> URL:
-        # Already quoted by `target`: yarl must not quote it again.
-        return URL(self._origin + target(self._prefix, request_path, params), encoded=True)
+        return self._url(target(self._endpoint.prefix, request_path, params))
 
-    def _headers(self, content_type: str | None) -> dict[str, str]:
-        return headers(self.session.authorization(), content_type, self._user_agent)
+    def _url(self, request_target: str) -> URL:
+        # Already quoted by `rest.target`: yarl must not quote it again.
+        return URL(self._origin + request_target, encoded=True)
 
-    async def request(
-        self,
-        method: str,
-        request_path: str,
-        body: Any = None,
-        *,
-        params: Mapping[str, Any] | None = None,
-        content_type: str = JSON,
-    ) -> dict[str, Any]:
-        try:
-            return await self._send(method, request_path, body, params, content_type)
-        except Unauthorized:
-            if not self.session.refreshable:
-                raise
-            self.session.invalidate()  # a rotated or expired token: fetch it once more
-            return await self._send(method, request_path, body, params, content_type)
+    async def send(self, call: Call) -> dict[str, Any]:
+        """The answer to `call`: its decoded JSON body, or its typed error."""
+        exchange = Exchange(self._endpoint, self.session, call)
+        while (prepared := exchange.next_request()) is not None:
+            exchange.receive(*(await self._send(prepared)))
+        return exchange.body()
 
-    async def _send(
-        self,
-        method: str,
-        request_path: str,
-        body: Any,
-        params: Mapping[str, Any] | None,
-        content_type: str,
-    ) -> dict[str, Any]:
-        payload = encode_body(body)
+    async def _send(self, prepared: Prepared) -> tuple[int, str, bytes]:
         async with self.http().request(
-            method,
-            self.url(request_path, params),
-            data=payload,
-            headers=self._headers(content_type if payload is not None else None),
+            prepared.method,
+            self._url(prepared.target),
+            data=prepared.body,
+            headers=prepared.headers,
             timeout=aiohttp.ClientTimeout(total=REQUEST_TIMEOUT_SECONDS),
             server_hostname=self.server_hostname,
         ) as response:
-            data = await response.read()
-            if response.status >= 400:
-                raise api_error(response.status, response.reason or "", data)
-        return decode_body(data)
+            return response.status, response.reason or "", await response.read()
 
-    async def get(self, request_path: str, **params: Any) -> dict[str, Any]:
-        return await self.request("GET", request_path, params=params)
-
-    async def post(self, request_path: str, body: Any) -> dict[str, Any]:
-        return await self.request("POST", request_path, body)
-
-    async def patch(
-        self, request_path: str, body: Any, content_type: str = MERGE_PATCH
-    ) -> dict[str, Any]:
-        return await self.request("PATCH", request_path, body, content_type=content_type)
-
-    async def delete(self, request_path: str, body: Any = None) -> dict[str, Any]:
-        return await self.request("DELETE", request_path, body)
-
-    async def watch(
-        self,
-        request_path: str,
-        *,
-        resource_version: str | None,
-        timeout_seconds: int,
-        **params: Any,
-    ) -> AsyncIterator[dict[str, Any]]:
+    async def watch(self, watch: Watch) -> AsyncIterator[dict[str, Any]]:
         """Events of one watch request; ends when the server closes it. An ERROR event (a
         410 for a starting point too old) raises its typed error (`rest.watch_event`)."""
-        where = self.url(
-            request_path,
-            watch_params(
-                params, resource_version=resource_version, timeout_seconds=timeout_seconds
-            ),
-        )
+        prepared = self._endpoint.prepare_watch(watch, self.session.authorization())
         async with self.http().get(
-            where,
-            headers=self._headers(None),
-            timeout=aiohttp.ClientTimeout(total=timeout_seconds + 30.0),
+            self._url(prepared.target),
+            headers=prepared.headers,
+            timeout=aiohttp.ClientTimeout(total=watch.timeout_seconds + 30.0),
             server_hostname=self.server_hostname,
         ) as response:
             if response.status >= 400:
