@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import sys
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 
@@ -28,16 +29,30 @@ from tests.cluster.sandboxes import (
     wait_reason,
 )
 
+T = TypeVar("T")
+
+
+def _or_fail(step: Callable[[], T]) -> T:
+    """The embedded cluster's steps refuse with SystemExit (they are also a command).
+
+    pytest does not keep a fixture's SystemExit as its result, so every later test would
+    fail on pytest's own bookkeeping instead of the reason: each gets the reason instead.
+    """
+    try:
+        return step()
+    except SystemExit as refused:
+        pytest.fail(f"the cluster is not usable: {refused.code}", pytrace=False)
+
 
 @pytest.fixture(scope="session")
 def kube() -> Kube:
-    return Kube(embedded.ensure_cluster())
+    return Kube(_or_fail(embedded.ensure_cluster))
 
 
 @pytest.fixture(scope="session")
 def operator(kube: Kube) -> Kube:
     """The operator installed from manifests/ (`kubectl apply -k`), running the tree's image."""
-    embedded.install_operator(kube.kubeconfig)
+    _or_fail(lambda: embedded.install_operator(kube.kubeconfig))
     return kube
 
 
