@@ -83,9 +83,13 @@ class Script:
         return self.watches.pop(0)
 
     def next_exec(self, argv: Sequence[str]) -> Any:
-        """The next exec's frames, or a socket to hand out as it is."""
+        """The next exec's frames, or a socket to hand out as it is (an exception, raised:
+        the API server refused the exec)."""
         self.argv.append(list(argv))
-        return self.execs.pop(0)
+        found = self.execs.pop(0)
+        if isinstance(found, BaseException):
+            raise found
+        return found
 
 
 class ScriptedSocket(ExecSocket):

@@ -25,6 +25,7 @@ from openblox.client import (
 from openblox.client.cluster import sandboxes_path
 from openblox.client.launch import NATIVE_SUPERVISOR, SUPERVISOR_ARGV
 from openblox.transport import Conflict, Forbidden, Frame, NotFound
+from openblox.transport.errors import ExecStreamError
 from tests.unit.client_fakes import (
     SUCCESS,
     Script,
@@ -194,6 +195,32 @@ def test_a_broken_stream_with_the_pod_still_running_is_a_transport_error(
     with pytest.raises(ExecTransportError, match="cannot be reached to learn why") as raised:
         call(sandbox.exec(["true"]))
     assert isinstance(raised.value.__cause__, ConnectionRefusedError)
+
+
+@both
+def test_an_exec_refused_by_a_pod_being_deleted_is_sandbox_gone(shell: Shell) -> None:
+    # containerd 2 refuses an exec into a pod being deleted with its own words (500).
+    refused = ExecStreamError('exec refused (500): container not found ("sandbox")', 500)
+    script = Script()
+    sandbox = _ready_handle(shell, script)
+    script.on(
+        "GET", POD, {"metadata": {"name": "box-pod", "deletionTimestamp": "2026-12-06T02:21:29Z"}}
+    )
+    script.execs = [refused]
+    with pytest.raises(SandboxGone, match="is being deleted"):
+        call(sandbox.exec(["true"]))
+    script.answers[("GET", POD)] = [NotFound(404, "NotFound", "gone")]
+    script.execs = [refused]
+    with pytest.raises(SandboxGone, match="does not exist"):
+        call(sandbox.exec(["true"]))
+    # The same refusal from a pod that is not ending is the transport's, with its status.
+    script.answers[("GET", POD)] = [
+        {"metadata": {"name": "box-pod"}, "status": {"phase": "Running"}}
+    ]
+    script.execs = [refused]
+    with pytest.raises(ExecTransportError, match="container not found") as raised:
+        call(sandbox.exec(["true"]))
+    assert raised.value.status_code == 500
 
 
 @both

@@ -108,15 +108,26 @@ def _read(request_path: str, *, unreachable: bool = False) -> Plan[dict[str, Any
 def open_exec(
     namespace: str, pod: str, argv: Sequence[str], *, stdin: bool, timeout: float
 ) -> Plan[object]:
-    """An exec stream in the pod's sandbox container. A missing pod is `SandboxGone`; any
-    other refusal or failure to connect, `ExecTransportError` with the status."""
+    """An exec stream in the pod's sandbox container. A pod that is gone or being deleted
+    is `SandboxGone`; any other refusal or failure to connect, `ExecTransportError` with
+    the status."""
     try:
         socket: object = yield OpenExec(namespace, pod, tuple(argv), stdin, timeout)
     except ExecStreamError as error:
         if error.status_code == 404:
             raise SandboxGone(f"sandbox pod {namespace}/{pod} does not exist") from error
+        # A pod being deleted may refuse with the runtime's own words (containerd 2:
+        # 500 "container not found") before the API server forgets it: ask the API.
+        body = None if error.status_code is None else (yield from read_pod(namespace, pod))
+        if error.status_code is not None and (body is None or _ending(body)):
+            state = "does not exist" if body is None else "is being deleted"
+            raise SandboxGone(f"sandbox pod {namespace}/{pod} {state} ({error})") from error
         raise ExecTransportError(str(error), error.status_code) from error
     return socket
+
+
+def _ending(pod: Mapping[str, Any]) -> bool:
+    return bool((pod.get("metadata") or {}).get("deletionTimestamp"))
 
 
 def read_to_end(socket: object, deadline: float, output: ExecOutput) -> Plan[None]:
