@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
+from openblox.controller.deadlines import Deadlines
 from openblox.controller.reaper import Reaper
-from openblox.controller.requeue import Deadlines
-from openblox.lifetime.deadlines import Timetable
 from openblox.lifetime.reaping import expiry_of
+from openblox.lifetime.timetable import Timetable
 from openblox.models import format_timestamp
 from tests.unit.factories import CREATED, default_profile, make_sandbox, sandbox_body
 from tests.unit.test_operator_loop import (

@@ -32,12 +32,13 @@ from openblox.builders.conditions import (
 )
 from openblox.builders.status import build_status, profile_digest, status_patch
 from openblox.controller import metrics, namespaces, runtime_checks
+from openblox.controller.deadlines import Deadlines
 from openblox.controller.election import NotLeader
 from openblox.controller.events import EventRecorder, record_denial, sandbox_ref
 from openblox.controller.kube import Kube, is_namespace_terminating, is_not_found, sandbox_path
 from openblox.controller.pod_boundaries import PodBoundaries
 from openblox.controller.profile_store import ProfileStore
-from openblox.controller.requeue import Deadlines, Requeue
+from openblox.controller.requeue import Requeue
 from openblox.controller.sandbox_cache import SandboxCache
 from openblox.controller.sandbox_pods import SandboxPods
 from openblox.controller.watched import Watched

@@ -1,5 +1,4 @@
-"""Reconciles asked for later, by key: the few waits that no watch event ends; and each
-Sandbox's expiry, armed at its deadline.
+"""Reconciles asked for later, by key: the few waits that no watch event ends.
 
 A pod stuck Pending because the node cannot create its sandbox changes nothing the pod
 watch would deliver, and an inconclusive boundary probe has nothing to wait for. Instead
@@ -12,9 +11,6 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from datetime import datetime
-
-from openblox.lifetime.deadlines import Timetable
 
 MAX_DELAY_SECONDS = 30.0
 
@@ -52,32 +48,3 @@ class Requeue:
     def __len__(self) -> int:
         with self._lock:
             return len(self._due)
-
-
-class Deadlines:
-    """Each Sandbox's expiry, armed by its reconcile at the deadline it computed; the loop
-    reaps what is due. Thread-safe around the pure `Timetable`."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._table: Timetable[tuple[str, str]] = Timetable()
-
-    def arm(self, key: tuple[str, str], at: datetime) -> None:
-        with self._lock:
-            self._table.arm(key, at)
-
-    def disarm(self, key: tuple[str, str]) -> None:
-        with self._lock:
-            self._table.disarm(key)
-
-    def pop_due(self, now: datetime) -> list[tuple[str, str]]:
-        with self._lock:
-            return self._table.pop_due(now)
-
-    def get(self, key: tuple[str, str]) -> datetime | None:
-        with self._lock:
-            return self._table.get(key)
-
-    def __len__(self) -> int:
-        with self._lock:
-            return len(self._table)

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from openblox.controller.deadlines import Deadlines
 from openblox.controller.election import Election
 from openblox.controller.events import EventRecorder
 from openblox.controller.kube import Kube
@@ -21,7 +22,7 @@ from openblox.controller.profile_store import ProfileStore
 from openblox.controller.profile_watch import ProfileWatcher
 from openblox.controller.reaper import Reaper
 from openblox.controller.reconcile import Reconciler, Settings
-from openblox.controller.requeue import Deadlines, Requeue
+from openblox.controller.requeue import Requeue
 from openblox.controller.sandbox_cache import SandboxCache
 from openblox.controller.started_watch import StartedWatcher
 from openblox.controller.watched import Watched
