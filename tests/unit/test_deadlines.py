@@ -16,6 +16,9 @@ from tests.unit.test_operator_loop import (
     _operator,
     _watch_everything,
 )
+from tests.unit.test_operator_loop import (
+    _reaper as _wired_reaper,
+)
 
 DELETE = ("DELETE", "/apis/openblox.sh/v1alpha1/namespaces/team-a/sandboxes/demo")
 
@@ -100,15 +103,7 @@ def _reaper(kube: FakeKube, moment: list[datetime]) -> tuple[Reaper, Deadlines]:
     kube.objects[f"{DELETE[1]}/status"] = body
     sandbox = cache.upsert(body)
     assert sandbox is not None
-    reaper = Reaper(
-        kube,  # type: ignore[arg-type]
-        cache,
-        reconciler._profiles,
-        reconciler,
-        events=reconciler._events,
-        election=Holder(),  # type: ignore[arg-type]
-        clock=lambda: moment[0],
-    )
+    reaper = _wired_reaper(kube, reconciler, cache, election=Holder(), clock=lambda: moment[0])
     reconciler.reconcile(sandbox, "sandbox")
     return reaper, reconciler.deadlines
 

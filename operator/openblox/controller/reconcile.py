@@ -13,10 +13,9 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import threading
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -31,17 +30,18 @@ from openblox.builders.conditions import (
     unschedulable_runtime,
 )
 from openblox.builders.status import build_status, profile_digest, status_patch
-from openblox.controller import metrics, namespaces, runtime_checks
+from openblox.controller import metrics, runtime_checks
 from openblox.controller.deadlines import Deadlines
 from openblox.controller.election import NotLeader
 from openblox.controller.events import EventRecorder, record_denial, sandbox_ref
 from openblox.controller.kube import Kube, is_namespace_terminating, is_not_found, sandbox_path
+from openblox.controller.namespaces import Namespaces
 from openblox.controller.pod_boundaries import PodBoundaries
 from openblox.controller.profile_store import ProfileStore
 from openblox.controller.requeue import Requeue
+from openblox.controller.runtime_checks import RuntimeChecks
 from openblox.controller.sandbox_cache import SandboxCache
 from openblox.controller.sandbox_pods import SandboxPods
-from openblox.controller.watched import Watched
 from openblox.denials import Denial, lifetime_denial, pod_denial
 from openblox.lifetime import Expiry, compute_expiry, effective_lifetime
 from openblox.lifetime.reaping import expiry_of
@@ -53,11 +53,8 @@ from openblox.models import (
     SandboxError,
     parse_sandbox,
 )
-from openblox.models.profile import Boundary, resolve_profile
-from openblox.names import (
-    ConditionType,
-    Reason,
-)
+from openblox.models.profile import resolve_profile
+from openblox.names import ConditionType, Reason
 from openblox.timestamps import parse_optional_timestamp
 
 log = logging.getLogger(__name__)
@@ -66,45 +63,39 @@ log = logging.getLogger(__name__)
 ERROR_RETRY_SECONDS = 2.0
 
 
-@dataclass(frozen=True)
-class Settings:
-    network_policy_enforced: bool
-
-    @classmethod
-    def from_environment(cls) -> Settings:
-        return cls(os.environ.get("OPENBLOX_NETWORK_POLICY_ENFORCED", "false") == "true")
-
-
 class Reconciler:
+    """The one reconcile; every part it works with is built once (`Runtime.build`) and
+    handed in, shared with the loops that need the same part."""
+
     def __init__(
         self,
         kube: Kube,
         profiles: ProfileStore,
         events: EventRecorder,
-        settings: Settings,
-        clock: Callable[[], datetime] = lambda: datetime.now(UTC),
         *,
-        watched: Watched | None = None,
-        cache: SandboxCache | None = None,
-        requeue: Requeue | None = None,
-        deadlines: Deadlines | None = None,
+        namespaces: Namespaces,
+        runtimes: RuntimeChecks,
+        pods: SandboxPods,
+        boundaries: PodBoundaries,
+        cache: SandboxCache,
+        requeue: Requeue,
+        deadlines: Deadlines,
+        clock: Callable[[], datetime] = lambda: datetime.now(UTC),
     ):
         self._kube = kube
         self._profiles = profiles
         self._events = events
-        self._settings = settings
-        self._clock = clock
-        self.watched = watched or Watched()
+        self._namespaces = namespaces
+        self._runtimes = runtimes
+        self.pods = pods
+        self.boundaries = boundaries
         self._cache = cache
-        # Not `or`: an empty Requeue or Deadlines is falsy (__len__), and a caller's own
-        # (the reaper's, a test's clock) would be swapped for a new one.
-        self.requeue = requeue if requeue is not None else Requeue()
-        self.deadlines = deadlines if deadlines is not None else Deadlines()
+        self.requeue = requeue
+        self.deadlines = deadlines
+        self._clock = clock
         self._locks: dict[str, threading.Lock] = {}
         self._locks_guard = threading.Lock()
-        self.boundaries = PodBoundaries(kube, self.watched, self.requeue)
         self._ready_seen: set[str] = set()
-        self.pods = SandboxPods(kube, self.watched)
 
     # ------------------------------------------------------------------ entry point
 
@@ -143,13 +134,6 @@ class Reconciler:
             self.requeue.settled((namespace, name))
             self.deadlines.disarm((namespace, name))
 
-    def pod_gone(self, uid: str) -> None:
-        self.boundaries.forget(uid)
-
-    def boundary_of(self, pod_uid: str) -> Boundary | None:
-        """What the boundary probe saw in this pod (None: not probed yet)."""
-        return self.boundaries.of(pod_uid)
-
     def _lock_for(self, uid: str) -> threading.Lock:
         with self._locks_guard:
             return self._locks.setdefault(uid, threading.Lock())
@@ -172,7 +156,7 @@ class Reconciler:
                 sandbox.name,
                 pod["metadata"]["name"],
             )
-            self.delete_pod(pod)
+            self.pods.delete(pod)
 
     def _reconcile(self, sandbox: Sandbox) -> None:
         now = self._clock()
@@ -209,7 +193,7 @@ class Reconciler:
         expiry = compute_expiry(sandbox, lifetime, now)
         self._arm(sandbox, expiry)
         base = Observation(expiry=expiry, expected_boundary=profile.expected_boundary)
-        runtime_problem = self.runtime_problem(profile)
+        runtime_problem = self._runtimes.problem(profile)
         if runtime_problem:
             self._events.record(sandbox_ref(sandbox), Reason.RUNTIME_UNAVAILABLE, runtime_problem)
             return (
@@ -226,7 +210,7 @@ class Reconciler:
                 self.pods.read(sandbox),
             )
 
-        self.prepare_namespace(sandbox.namespace)
+        self._namespaces.prepare(sandbox.namespace)
         pod, conflict = self.pods.ensure(sandbox, profile, now)
         if conflict:
             return replace(base, runtime_available=True, pod_conflict=conflict), profile, None
@@ -269,7 +253,7 @@ class Reconciler:
                 profile,
                 pod,
             )
-        boundary = self.observed_boundary(key, pod, state)
+        boundary = self.boundaries.observe(key, pod, state)
         if (
             boundary is not None
             and boundary != profile.expected_boundary
@@ -280,7 +264,7 @@ class Reconciler:
                 f"not {profile.expected_boundary}; deleting it"
             )
             self._events.record(sandbox_ref(sandbox), Reason.BOUNDARY_MISMATCH, message)
-            self.delete_pod(pod)
+            self.pods.delete(pod)
         return replace(on_node, observed_boundary=boundary), profile, pod
 
     def _arm(self, sandbox: Sandbox, expiry: Expiry | None) -> None:
@@ -291,18 +275,8 @@ class Reconciler:
         else:
             self.deadlines.arm(key, expiry.expires_at)
 
-    def namespace_labels(self, namespace: str) -> dict[str, str]:
-        return namespaces.namespace_labels(self._kube, self.watched, namespace)
-
-    def runtime_problem(self, profile: Profile) -> str | None:
-        enforced = self._settings.network_policy_enforced
-        return runtime_checks.runtime_problem(self._kube, self.watched, profile, enforced)
-
-    def prepare_namespace(self, namespace: str) -> None:
-        namespaces.prepare_namespace(self._kube, self.watched, namespace)
-
     def _resolve_profile(self, sandbox: Sandbox) -> Profile:
-        labels = self.namespace_labels(sandbox.namespace)
+        labels = self._namespaces.labels(sandbox.namespace)
         broken = {}
         refusal = self._profiles.refusal(sandbox.spec.profile)
         if refusal is not None and self._profiles.get(sandbox.spec.profile) is None:
@@ -324,7 +298,7 @@ class Reconciler:
         )
         if denial is not None:
             record_denial(self._events, sandbox_ref(sandbox), denial)
-        self.delete_pod(pod)
+        self.pods.delete(pod)
 
     def _release_pod_of_lost_node(
         self, sandbox: Sandbox, pod: Mapping[str, Any], node: str
@@ -337,17 +311,7 @@ class Reconciler:
             f"node {node} was lost with the sandbox pod on it; replacing the pod on another "
             "node (files in /tmp, /workspace and running processes are lost)",
         )
-        self.delete_pod(pod)
-
-    def delete_pod(self, pod: Mapping[str, Any], *, only_as_seen: bool = False) -> None:
-        self.pods.delete(pod, only_as_seen=only_as_seen)
-
-    def observed_boundary(
-        self, key: tuple[str, str] | None, pod: Mapping[str, Any], state: PodState
-    ) -> Boundary | None:
-        """The probed boundary of the pod (`PodBoundaries.observe`); the pool keeper asks
-        it too, for a warm pod."""
-        return self.boundaries.observe(key, pod, state)
+        self.pods.delete(pod)
 
     def _write_status(self, sandbox: Sandbox, status: dict[str, Any]) -> None:
         if not status_changed(sandbox.status, status):

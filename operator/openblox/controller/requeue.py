@@ -48,3 +48,30 @@ class Requeue:
     def __len__(self) -> int:
         with self._lock:
             return len(self._due)
+
+
+class Resyncs:
+    """Passes over many Sandboxes, asked for when something they may wait for changed:
+    every unready one (profiles, a RuntimeClass), or every one in a namespace (its labels,
+    its NetworkPolicy). The reaper's loop takes them at its next pass."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._everything = False
+        self._namespaces: set[str] = set()
+
+    def request(self, namespace: str | None = None) -> None:
+        """Every unready Sandbox at the next pass; with a namespace, every Sandbox there,
+        Ready or not."""
+        with self._lock:
+            if namespace is None:
+                self._everything = True
+            else:
+                self._namespaces.add(namespace)
+
+    def take(self) -> tuple[bool, set[str]]:
+        """(every unready one?, the namespaces to pass over whole) asked for since the last take."""
+        with self._lock:
+            taken = (self._everything, self._namespaces)
+            self._everything, self._namespaces = False, set()
+            return taken

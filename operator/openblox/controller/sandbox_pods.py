@@ -29,15 +29,22 @@ log = logging.getLogger(__name__)
 
 
 class SandboxPods:
-    def __init__(self, kube: Kube, watched: Watched) -> None:
+    def __init__(
+        self,
+        kube: Kube,
+        watched: Watched,
+        *,
+        claimer: PoolClaimer | None = None,
+        sole_hand_out: Callable[[Sandbox], bool] = lambda sandbox: False,
+    ) -> None:
         self._kube = kube
         self._watched = watched
         # Hands out warm pool pods; without it (or with no pool) every pod is made cold.
-        self.claimer: PoolClaimer | None = None
+        self._claimer = claimer
         # True when no replica but this one can have handed the Sandbox a pod (it has
         # held the Lease since before the Sandbox was made): each hand-out's answer then
         # reached this process, and no read is needed to find one.
-        self.sole_hand_out: Callable[[Sandbox], bool] = lambda sandbox: False
+        self._sole_hand_out = sole_hand_out
         # Sandboxes whose hand-out here raised instead of answering: it may have landed.
         self._unanswered: set[str] = set()
 
@@ -111,9 +118,10 @@ class SandboxPods:
         return found, None
 
     def _claim_warm_pod(self, sandbox: Sandbox, profile: Profile) -> dict[str, Any] | None:
-        if self.claimer is None or not self.claimer.serves(profile.name, sandbox.namespace):
+        claimer = self._claimer
+        if claimer is None or not claimer.serves(profile.name, sandbox.namespace):
             return None
-        if sandbox.uid in self._unanswered or not self.sole_hand_out(sandbox):
+        if sandbox.uid in self._unanswered or not self._sole_hand_out(sandbox):
             # A hand-out whose answer never came (an earlier operator was killed, or the
             # request here failed) may have left a pod this Sandbox owns that the watch
             # has not shown yet: one read by label finds it, so none is handed out twice.
@@ -128,7 +136,7 @@ class SandboxPods:
             if owned:
                 return owned[0]
         try:
-            return self.claimer.claim(sandbox, profile)
+            return claimer.claim(sandbox, profile)
         except Exception:
             self._unanswered.add(sandbox.uid)
             raise
@@ -137,17 +145,21 @@ class SandboxPods:
         self._unanswered.discard(uid)
 
     def delete(self, pod: Mapping[str, Any], *, only_as_seen: bool = False) -> None:
-        """Delete this pod (not a namesake made since); `only_as_seen`: only if it has not
-        changed since this copy (a pool pod handed out meanwhile is not deleted: 409)."""
-        metadata = pod["metadata"]
-        preconditions = {"uid": metadata["uid"]}
-        if only_as_seen:
-            preconditions["resourceVersion"] = metadata["resourceVersion"]
-        try:
-            self._kube.delete(
-                path(plural="pods", namespace=metadata["namespace"], name=metadata["name"]),
-                {"gracePeriodSeconds": 0, "preconditions": preconditions},
-            )
-        except Exception as error:
-            if not (is_not_found(error) or is_conflict(error)):
-                raise
+        delete_pod(self._kube, pod, only_as_seen=only_as_seen)
+
+
+def delete_pod(kube: Kube, pod: Mapping[str, Any], *, only_as_seen: bool = False) -> None:
+    """Delete this pod (not a namesake made since); `only_as_seen`: only if it has not
+    changed since this copy (a pool pod handed out meanwhile is not deleted: 409)."""
+    metadata = pod["metadata"]
+    preconditions = {"uid": metadata["uid"]}
+    if only_as_seen:
+        preconditions["resourceVersion"] = metadata["resourceVersion"]
+    try:
+        kube.delete(
+            path(plural="pods", namespace=metadata["namespace"], name=metadata["name"]),
+            {"gracePeriodSeconds": 0, "preconditions": preconditions},
+        )
+    except Exception as error:
+        if not (is_not_found(error) or is_conflict(error)):
+            raise
