@@ -1,5 +1,7 @@
 """The one reconcile: observe a Sandbox's world, make the pod exist, report the status.
 
+Two halves: resolve what the Sandbox should be (`resolve.py`: its profile, deadline and
+runtime, or the typed reason no pod may be made), then converge its pod to that.
 Level-based and idempotent: every trigger (a Sandbox event, a pod event, a requeue,
 the slow safety resync) calls the same function with the latest Sandbox, and it
 converges from whatever it finds. What it observes comes from the watches (`Watched`):
@@ -23,7 +25,6 @@ from openblox.builders.conditions import (
     LOST_NODE_GRACE_SECONDS,
     Observation,
     PodState,
-    Problem,
     lost_node,
     node_trouble,
     status_changed,
@@ -39,21 +40,13 @@ from openblox.controller.namespaces import Namespaces
 from openblox.controller.pod_boundaries import PodBoundaries
 from openblox.controller.profile_store import ProfileStore
 from openblox.controller.requeue import Requeue
+from openblox.controller.resolve import Wanted, resolve
 from openblox.controller.runtime_checks import RuntimeChecks
 from openblox.controller.sandbox_cache import SandboxCache
 from openblox.controller.sandbox_pods import SandboxPods
-from openblox.denials import Denial, lifetime_denial, pod_denial
-from openblox.lifetime import Expiry, compute_expiry, effective_lifetime
-from openblox.lifetime.reaping import expiry_of
-from openblox.models import (
-    LifetimeTooLong,
-    OpenbloxError,
-    Profile,
-    Sandbox,
-    SandboxError,
-    parse_sandbox,
-)
-from openblox.models.profile import resolve_profile
+from openblox.denials import Denial, pod_denial
+from openblox.lifetime import Expiry
+from openblox.models import Profile, Sandbox, SandboxError, parse_sandbox
 from openblox.names import ConditionType, Reason
 from openblox.timestamps import parse_optional_timestamp
 
@@ -177,53 +170,61 @@ class Reconciler:
     def _observe_and_converge(
         self, sandbox: Sandbox, now: datetime
     ) -> tuple[Observation, Profile | None, dict[str, Any] | None]:
-        try:
-            profile = self._resolve_profile(sandbox)
-            lifetime = effective_lifetime(sandbox, profile)
-        except (OpenbloxError, LifetimeTooLong) as error:
-            # No new pod, but the clock runs on (`expiry_of`): a namespace that stopped
-            # allowing the profile, or a profile shortened or deleted since, must not
-            # leave the Sandbox, or the pod it has, without a deadline.
-            expiry = expiry_of(sandbox, self._profiles.snapshot(), now)
-            self._arm(sandbox, expiry)
-            pod = self.pods.read(sandbox)
-            self._events.record(sandbox_ref(sandbox), error.reason, error.message)
-            return Observation(profile_problem=Problem.from_error(error), expiry=expiry), None, pod
+        """Resolve what the Sandbox should be, then converge its pod to that."""
+        resolution = resolve(
+            sandbox,
+            now,
+            profiles=self._profiles,
+            namespaces=self._namespaces,
+            runtimes=self._runtimes,
+        )
+        self._arm(sandbox, resolution.expiry)
+        if isinstance(resolution, Wanted):
+            observation, pod = self._converge(sandbox, resolution, now)
+            return observation, resolution.profile, pod
+        # No new pod: why is said, and the pod it has, if any, is reported (an expired
+        # one the reaper deletes).
+        why = resolution.event()
+        if why is not None:
+            self._events.record(sandbox_ref(sandbox), *why)
+        return resolution.observation(), resolution.profile, self.pods.read(sandbox)
 
-        expiry = compute_expiry(sandbox, lifetime, now)
-        self._arm(sandbox, expiry)
-        base = Observation(expiry=expiry, expected_boundary=profile.expected_boundary)
-        runtime_problem = self._runtimes.problem(profile)
-        if runtime_problem:
-            self._events.record(sandbox_ref(sandbox), Reason.RUNTIME_UNAVAILABLE, runtime_problem)
-            return (
-                replace(base, runtime_available=False, runtime_message=runtime_problem),
-                profile,
-                self.pods.read(sandbox),
-            )
-        if expiry.expired:
-            # The reaper deletes it; no new pod for a sandbox whose time is up.
-            reaped = lifetime_denial(sandbox, profile, expiry)
-            return (
-                replace(base, runtime_available=True, denials=(reaped,)),
-                profile,
-                self.pods.read(sandbox),
-            )
-
+    def _converge(
+        self, sandbox: Sandbox, wanted: Wanted, now: datetime
+    ) -> tuple[Observation, dict[str, Any] | None]:
+        """Make the Sandbox's one pod exist, then tend it as it is."""
+        base = Observation(
+            expiry=wanted.expiry,
+            expected_boundary=wanted.profile.expected_boundary,
+            runtime_available=True,
+        )
         self._namespaces.prepare(sandbox.namespace)
-        pod, conflict = self.pods.ensure(sandbox, profile, now)
+        pod, conflict = self.pods.ensure(sandbox, wanted.profile, now)
         if conflict:
-            return replace(base, runtime_available=True, pod_conflict=conflict), profile, None
+            return replace(base, pod_conflict=conflict), None
         if pod is None:
-            return replace(base, runtime_available=True), profile, None
+            return base, None
+        return self._tend(sandbox, wanted.profile, pod, base, now), pod
+
+    def _tend(
+        self,
+        sandbox: Sandbox,
+        profile: Profile,
+        pod: dict[str, Any],
+        base: Observation,
+        now: datetime,
+    ) -> Observation:
+        """What the pod's state asks for: release it from a lost node, wait for its
+        deletion, replace it when it ended, report a runtime the node lacks, or check the
+        boundary it runs behind."""
         state = PodState.from_pod(pod)
         # Requeues are keyed by the Sandbox (a pool pod's name is not the Sandbox's).
         key = (sandbox.namespace, sandbox.name)
-        on_node = replace(base, runtime_available=True, pod=state, node_problem=node_trouble(pod))
+        on_node = replace(base, pod=state, node_problem=node_trouble(pod))
         node = lost_node(pod, now)
         if node is not None:
             self._release_pod_of_lost_node(sandbox, pod, node)
-            return on_node, profile, pod
+            return on_node
         deleted = pod["metadata"].get("deletionTimestamp")
         if deleted and not state.terminated:
             # A pod stuck Terminating sends no more events: look again once it may count
@@ -232,26 +233,23 @@ class Reconciler:
             deleted_at = parse_optional_timestamp(deleted)
             since = (now - deleted_at).total_seconds() if deleted_at else 0.0
             self.requeue.after(key, max(LOST_NODE_GRACE_SECONDS - since, 0) + 1)
-            return on_node, profile, pod
+            return on_node
         if on_node.node_problem is not None:
             # Its node stopped answering: a boundary probe would hang on the exec until
             # its timeout, holding this Sandbox's reconciles (and the eviction's event)
             # back. The eviction that follows brings the next reconcile.
-            return on_node, profile, pod
+            return on_node
         if state.terminated:
             ended = pod_denial(pod, profile=profile.name, now=now)
             self._replace_dead_pod(sandbox, pod, state, ended)
-            denials = (ended,) if ended else ()
-            return replace(base, runtime_available=True, pod=state, denials=denials), profile, pod
+            return replace(base, pod=state, denials=(ended,) if ended else ())
         sandbox_failure = unschedulable_runtime(
             pod, profile.runtime_class_name
         ) or runtime_checks.sandbox_creation_failure(self._kube, self.requeue, key, pod, now)
         if sandbox_failure:
             self._events.record(sandbox_ref(sandbox), Reason.RUNTIME_UNAVAILABLE, sandbox_failure)
-            return (
-                replace(base, runtime_available=False, runtime_message=sandbox_failure, pod=state),
-                profile,
-                pod,
+            return replace(
+                base, runtime_available=False, runtime_message=sandbox_failure, pod=state
             )
         boundary = self.boundaries.observe(key, pod, state)
         if (
@@ -265,7 +263,7 @@ class Reconciler:
             )
             self._events.record(sandbox_ref(sandbox), Reason.BOUNDARY_MISMATCH, message)
             self.pods.delete(pod)
-        return replace(on_node, observed_boundary=boundary), profile, pod
+        return replace(on_node, observed_boundary=boundary)
 
     def _arm(self, sandbox: Sandbox, expiry: Expiry | None) -> None:
         """The loop reaps it at this moment (a deadline in the past: at its next pass)."""
@@ -274,16 +272,6 @@ class Reconciler:
             self.deadlines.disarm(key)
         else:
             self.deadlines.arm(key, expiry.expires_at)
-
-    def _resolve_profile(self, sandbox: Sandbox) -> Profile:
-        labels = self._namespaces.labels(sandbox.namespace)
-        broken = {}
-        refusal = self._profiles.refusal(sandbox.spec.profile)
-        if refusal is not None and self._profiles.get(sandbox.spec.profile) is None:
-            broken[sandbox.spec.profile] = refusal
-        return resolve_profile(
-            sandbox.spec.profile, sandbox.namespace, labels, self._profiles.snapshot(), broken
-        )
 
     def _replace_dead_pod(
         self, sandbox: Sandbox, pod: dict[str, Any], state: PodState, denial: Denial | None
