@@ -193,11 +193,7 @@ class Reconciler:
         self, sandbox: Sandbox, wanted: Wanted, now: datetime
     ) -> tuple[Observation, dict[str, Any] | None]:
         """Make the Sandbox's one pod exist, then tend it as it is."""
-        base = Observation(
-            expiry=wanted.expiry,
-            expected_boundary=wanted.profile.expected_boundary,
-            runtime_available=True,
-        )
+        base = wanted.observation()
         self._namespaces.prepare(sandbox.namespace)
         pod, conflict = self.pods.ensure(sandbox, wanted.profile, now)
         if conflict:

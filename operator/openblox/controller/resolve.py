@@ -11,7 +11,7 @@ has not shown yet is read once).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 
 from openblox.builders.conditions import Observation, Problem
@@ -27,11 +27,24 @@ from openblox.names import Reason
 
 
 @dataclass(frozen=True)
-class Wanted:
-    """A pod should run for the Sandbox: this profile's, until this expiry."""
+class _Resolved:
+    """The Sandbox's profile and deadline are known."""
 
     profile: Profile
     expiry: Expiry
+
+    def observation(self) -> Observation:
+        return Observation(
+            expiry=self.expiry,
+            expected_boundary=self.profile.expected_boundary,
+            runtime_available=True,
+        )
+
+
+@dataclass(frozen=True)
+class Wanted(_Resolved):
+    """A pod should run for the Sandbox: this profile's, until this expiry. Its
+    observation is what holds before the pod is looked at; converging adds the pod's."""
 
 
 @dataclass(frozen=True)
@@ -53,40 +66,27 @@ class Refused:
 
 
 @dataclass(frozen=True)
-class RuntimeUnavailable:
+class RuntimeUnavailable(_Resolved):
     """The profile's runtime cannot run here: nothing is started under another."""
 
-    profile: Profile
-    expiry: Expiry
     message: str
 
     def observation(self) -> Observation:
-        return Observation(
-            expiry=self.expiry,
-            expected_boundary=self.profile.expected_boundary,
-            runtime_available=False,
-            runtime_message=self.message,
-        )
+        resolved = super().observation()
+        return replace(resolved, runtime_available=False, runtime_message=self.message)
 
     def event(self) -> tuple[str, str] | None:
         return Reason.RUNTIME_UNAVAILABLE, self.message
 
 
 @dataclass(frozen=True)
-class Expired:
+class Expired(_Resolved):
     """Its time is up: the reaper deletes it, and no new pod is made for it."""
 
-    profile: Profile
-    expiry: Expiry
     denial: Denial
 
     def observation(self) -> Observation:
-        return Observation(
-            expiry=self.expiry,
-            expected_boundary=self.profile.expected_boundary,
-            runtime_available=True,
-            denials=(self.denial,),
-        )
+        return replace(super().observation(), denials=(self.denial,))
 
     def event(self) -> tuple[str, str] | None:
         return None  # the reaper records `Expired` as it deletes it
