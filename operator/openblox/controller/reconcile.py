@@ -140,16 +140,7 @@ class Reconciler:
         until the pod is gone. Either would otherwise leave the pod running on its own
         deadline, past the Sandbox's end and outside the reaper's reach."""
         self.deadlines.disarm((sandbox.namespace, sandbox.name))
-        for pod in self.pods.owned(sandbox):
-            if pod["metadata"].get("deletionTimestamp"):
-                continue
-            log.info(
-                "Sandbox %s/%s is being deleted; deleting its pod %s",
-                sandbox.namespace,
-                sandbox.name,
-                pod["metadata"]["name"],
-            )
-            self.pods.delete(pod)
+        self.pods.end(sandbox, self.pods.owned(sandbox), "it is being deleted")
 
     def _reconcile(self, sandbox: Sandbox) -> None:
         now = self._clock()

@@ -72,19 +72,10 @@ class SandboxPods:
         straight away (no read first), and a 409 is answered by one read.
         """
         owned = self.owned(sandbox)
-        for extra in owned[1:]:
-            # One pod per Sandbox. Two can only come from two operators handing out at
-            # once (a replaced one's hand-out landing late; each pod still to one Sandbox
-            # only); the extra one goes.
-            if extra["metadata"].get("deletionTimestamp"):
-                continue
-            log.warning(
-                "Sandbox %s/%s has a second pod %s; deleting it",
-                sandbox.namespace,
-                sandbox.name,
-                extra["metadata"]["name"],
-            )
-            self.delete(extra)
+        # One pod per Sandbox. Two can only come from two operators handing out at once
+        # (a replaced one's hand-out landing late; each pod still to one Sandbox only);
+        # the extra one goes.
+        self.end(sandbox, owned[1:], "it has a second pod", logging.WARNING)
         if owned:
             return owned[0], None
         found = self._watched.pod(sandbox.namespace, pod_name(sandbox))
@@ -140,6 +131,27 @@ class SandboxPods:
         except Exception:
             self._unanswered.add(sandbox.uid)
             raise
+
+    def end(
+        self,
+        sandbox: Sandbox,
+        pods: list[dict[str, Any]],
+        why: str,
+        level: int = logging.INFO,
+    ) -> None:
+        """Delete each of these pods of the Sandbox that is not going already, saying why."""
+        for pod in pods:
+            if pod["metadata"].get("deletionTimestamp"):
+                continue
+            log.log(
+                level,
+                "Sandbox %s/%s: %s; deleting pod %s",
+                sandbox.namespace,
+                sandbox.name,
+                why,
+                pod["metadata"]["name"],
+            )
+            self.delete(pod)
 
     def forget(self, uid: str) -> None:
         self._unanswered.discard(uid)
