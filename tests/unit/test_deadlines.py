@@ -105,7 +105,7 @@ def _reaper(kube: FakeKube, moment: list[datetime]) -> tuple[Reaper, Deadlines]:
     assert sandbox is not None
     reaper = _wired_reaper(kube, reconciler, cache, election=Holder(), clock=lambda: moment[0])
     reconciler.reconcile(sandbox, "sandbox")
-    return reaper, reconciler.deadlines
+    return reaper, reconciler._deadlines
 
 
 def test_the_reconcile_arms_the_deadline_and_the_loop_reaps_then_and_only_then() -> None:

@@ -158,8 +158,8 @@ def _reaper(
         cache,
         reconciler._profiles,
         reconcile=reconciler.reconcile,
-        requeue=reconciler.requeue,
-        deadlines=reconciler.deadlines,
+        requeue=reconciler._requeue,
+        deadlines=reconciler._deadlines,
         resyncs=options.pop("resyncs", Resyncs()),
         events=reconciler._events,
         election=election,
@@ -315,11 +315,11 @@ def test_a_pending_pod_is_looked_at_again_later_not_on_a_timer() -> None:
     }
     watched.pod_seen(pod)
     reconciler.reconcile(sandbox, "pod")
-    assert len(reconciler.requeue) == 1
+    assert len(reconciler._requeue) == 1
     pod["status"] = {"phase": "Running"}
     watched.pod_seen(pod)
     reconciler.reconcile(sandbox, "pod")
-    assert len(reconciler.requeue) == 0
+    assert len(reconciler._requeue) == 0
 
 
 def _evicted_from_a_lost_node(name: str, deleted: datetime) -> dict[str, Any]:
@@ -378,7 +378,7 @@ def test_a_failed_reconcile_is_retried_by_the_loop() -> None:
     sandbox = _cached(cache)
     with pytest.raises(ApiError):
         reconciler.reconcile(sandbox, "sandbox")
-    assert len(reconciler.requeue) == 1
+    assert len(reconciler._requeue) == 1
 
 
 # --------------------------------------------------------------------------- reaper loop
@@ -397,8 +397,8 @@ def test_the_loop_resyncs_unready_sandboxes_only_when_asked_or_after_the_safety_
         cache,
         ProfileStore(),
         reconcile=reconciler.reconcile,
-        requeue=reconciler.requeue,
-        deadlines=reconciler.deadlines,
+        requeue=reconciler._requeue,
+        deadlines=reconciler._deadlines,
         resyncs=resyncs,
         events=None,  # type: ignore[arg-type]
         election=None,  # type: ignore[arg-type]
@@ -479,7 +479,7 @@ def test_a_sandbox_being_deleted_has_its_pod_deleted_and_gets_no_new_one() -> No
     deleting["metadata"]["finalizers"] = ["tenant.example/hold"]
     reconciler.reconcile(deleting, "sandbox")
     assert kube.take() == [("DELETE", f"/api/v1/namespaces/team-a/pods/{pod_name(sandbox)}")]
-    assert reconciler.deadlines.get(("team-a", "demo")) is None
+    assert reconciler._deadlines.get(("team-a", "demo")) is None
     # Once the pod is going, nothing more: no second delete, no new pod, no status.
     watched.pod_seen(
         {
@@ -616,7 +616,7 @@ def test_a_namespace_being_deleted_is_not_an_error_to_retry() -> None:
     kube._answer = terminating  # type: ignore[method-assign]
     reconciler.reconcile(sandbox, "sandbox")
     assert metrics.RECONCILE_ERRORS._value.get() == errors
-    assert len(reconciler.requeue) == 0
+    assert len(reconciler._requeue) == 0
 
 
 def test_a_pod_whose_node_stopped_answering_is_not_probed(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -385,7 +385,7 @@ def test_the_keeper_never_deletes_a_pool_pod_handed_out_since_its_watch_showed_i
         reconciler._profiles,
         namespaces=Namespaces(server, watched),  # type: ignore[arg-type]
         runtimes=RuntimeChecks(server, watched, network_policy_enforced=False),  # type: ignore[arg-type]
-        boundaries=reconciler.boundaries,
+        boundaries=reconciler._boundaries,
         held=lambda: True,
     )
     keeper._listed = True  # the watch has shown every pool pod

@@ -80,11 +80,11 @@ class Reconciler:
         self._events = events
         self._namespaces = namespaces
         self._runtimes = runtimes
-        self.pods = pods
-        self.boundaries = boundaries
+        self._pods = pods
+        self._boundaries = boundaries
         self._cache = cache
-        self.requeue = requeue
-        self.deadlines = deadlines
+        self._requeue = requeue
+        self._deadlines = deadlines
         self._clock = clock
         self._locks: dict[str, threading.Lock] = {}
         self._locks_guard = threading.Lock()
@@ -115,17 +115,17 @@ class Reconciler:
                     return
                 metrics.RECONCILE_ERRORS.inc()
                 # Nothing else may come to retry it (no event, no short resync): back off.
-                self.requeue.after((sandbox.namespace, sandbox.name), ERROR_RETRY_SECONDS)
+                self._requeue.after((sandbox.namespace, sandbox.name), ERROR_RETRY_SECONDS)
                 raise
 
     def forget(self, uid: str, namespace: str = "", name: str = "") -> None:
         with self._locks_guard:
             self._locks.pop(uid, None)
         self._ready_seen.discard(uid)
-        self.pods.forget(uid)
+        self._pods.forget(uid)
         if name:
-            self.requeue.settled((namespace, name))
-            self.deadlines.disarm((namespace, name))
+            self._requeue.settled((namespace, name))
+            self._deadlines.disarm((namespace, name))
 
     def _lock_for(self, uid: str) -> threading.Lock:
         with self._locks_guard:
@@ -139,8 +139,8 @@ class Reconciler:
         may not strip a sandbox pod's owner (admission lets it only delete), so it waits
         until the pod is gone. Either would otherwise leave the pod running on its own
         deadline, past the Sandbox's end and outside the reaper's reach."""
-        self.deadlines.disarm((sandbox.namespace, sandbox.name))
-        self.pods.end(sandbox, self.pods.owned(sandbox), "it is being deleted")
+        self._deadlines.disarm((sandbox.namespace, sandbox.name))
+        self._pods.end(sandbox, self._pods.owned(sandbox), "it is being deleted")
 
     def _reconcile(self, sandbox: Sandbox) -> None:
         now = self._clock()
@@ -178,7 +178,7 @@ class Reconciler:
         why = resolution.event()
         if why is not None:
             self._events.record(sandbox_ref(sandbox), *why)
-        return resolution.observation(), resolution.profile, self.pods.read(sandbox)
+        return resolution.observation(), resolution.profile, self._pods.read(sandbox)
 
     def _converge(
         self, sandbox: Sandbox, wanted: Wanted, now: datetime
@@ -186,7 +186,7 @@ class Reconciler:
         """Make the Sandbox's one pod exist, then tend it as it is."""
         base = wanted.observation()
         self._namespaces.prepare(sandbox.namespace)
-        pod, conflict = self.pods.ensure(sandbox, wanted.profile, now)
+        pod, conflict = self._pods.ensure(sandbox, wanted.profile, now)
         if conflict:
             return replace(base, pod_conflict=conflict), None
         if pod is None:
@@ -219,7 +219,7 @@ class Reconciler:
             # Running is no Pending wait), or the release waits for the next resync.
             deleted_at = parse_optional_timestamp(deleted)
             since = (now - deleted_at).total_seconds() if deleted_at else 0.0
-            self.requeue.after(key, max(LOST_NODE_GRACE_SECONDS - since, 0) + 1)
+            self._requeue.after(key, max(LOST_NODE_GRACE_SECONDS - since, 0) + 1)
             return on_node
         if on_node.node_problem is not None:
             # Its node stopped answering: a boundary probe would hang on the exec until
@@ -232,13 +232,13 @@ class Reconciler:
             return replace(base, pod=state, denials=(ended,) if ended else ())
         sandbox_failure = unschedulable_runtime(
             pod, profile.runtime_class_name
-        ) or runtime_checks.sandbox_creation_failure(self._kube, self.requeue, key, pod, now)
+        ) or runtime_checks.sandbox_creation_failure(self._kube, self._requeue, key, pod, now)
         if sandbox_failure:
             self._events.record(sandbox_ref(sandbox), Reason.RUNTIME_UNAVAILABLE, sandbox_failure)
             return replace(
                 base, runtime_available=False, runtime_message=sandbox_failure, pod=state
             )
-        boundary = self.boundaries.observe(key, pod, state)
+        boundary = self._boundaries.observe(key, pod, state)
         if (
             boundary is not None
             and boundary != profile.expected_boundary
@@ -249,16 +249,16 @@ class Reconciler:
                 f"not {profile.expected_boundary}; deleting it"
             )
             self._events.record(sandbox_ref(sandbox), Reason.BOUNDARY_MISMATCH, message)
-            self.pods.delete(pod)
+            self._pods.delete(pod)
         return replace(on_node, observed_boundary=boundary)
 
     def _arm(self, sandbox: Sandbox, expiry: Expiry | None) -> None:
         """The loop reaps it at this moment (a deadline in the past: at its next pass)."""
         key = (sandbox.namespace, sandbox.name)
         if expiry is None:
-            self.deadlines.disarm(key)
+            self._deadlines.disarm(key)
         else:
-            self.deadlines.arm(key, expiry.expires_at)
+            self._deadlines.arm(key, expiry.expires_at)
 
     def _replace_dead_pod(
         self, sandbox: Sandbox, pod: dict[str, Any], state: PodState, denial: Denial | None
@@ -273,7 +273,7 @@ class Reconciler:
         )
         if denial is not None:
             record_denial(self._events, sandbox_ref(sandbox), denial)
-        self.pods.delete(pod)
+        self._pods.delete(pod)
 
     def _release_pod_of_lost_node(
         self, sandbox: Sandbox, pod: Mapping[str, Any], node: str
@@ -286,7 +286,7 @@ class Reconciler:
             f"node {node} was lost with the sandbox pod on it; replacing the pod on another "
             "node (files in /tmp, /workspace and running processes are lost)",
         )
-        self.pods.delete(pod)
+        self._pods.delete(pod)
 
     def _write_status(self, sandbox: Sandbox, status: dict[str, Any]) -> None:
         if not status_changed(sandbox.status, status):
