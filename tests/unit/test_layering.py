@@ -488,3 +488,81 @@ def test_architecture_states_the_same_order_and_maps_every_folder() -> None:
     }
     assert packages - mapped == set()
     assert folders - mapped == set()
+
+
+# ------------------------------------------------------------------ the controller's wiring
+
+CONTROLLER = PACKAGE / "controller"
+# `Runtime.build` makes every part of the operator and hands each what it needs; no part
+# builds another's collaborators or reaches through one (issue 35).
+WIRING = "openblox.controller.runtime"
+RECONCILE = "openblox.controller.reconcile"
+
+
+def test_only_the_wiring_imports_the_reconcile() -> None:
+    """The pool keeper and the reaper get the parts they share with the reconcile (the pod
+    boundaries, the namespaces, the deadlines, a `reconcile` callable) from `Runtime.build`,
+    not by importing the reconciler and reaching through it."""
+    importers = sorted(
+        _module_name(path)
+        for path in PACKAGE.rglob("*.py")
+        if _module_name(path) not in (WIRING, RECONCILE)
+        and any(within(module, (RECONCILE,)) for module in file_imports(path))
+    )
+    assert importers == []
+
+
+def test_only_the_wiring_and_the_handlers_import_the_wiring() -> None:
+    importers = sorted(
+        _module_name(path)
+        for path in PACKAGE.rglob("*.py")
+        if _module_name(path) != WIRING
+        and any(within(module, (WIRING,)) for module in file_imports(path))
+    )
+    assert importers == ["openblox.controller.handlers"]
+
+
+def _set_after_construction(source: str) -> list[str]:
+    """`part.attribute = …` on anything but `self`, and `setattr(…)`: a collaborator
+    patched in after it was made. A literal is a setting, not a collaborator (kopf's
+    `settings.posting.enabled = False`), and passes."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        targets: list[ast.expr] = []
+        if isinstance(node, ast.Assign) and not isinstance(node.value, ast.Constant):
+            targets = list(node.targets)
+        elif isinstance(node, ast.AnnAssign) and not isinstance(node.value, ast.Constant | None):
+            targets = [node.target]
+        for target in targets:
+            if isinstance(target, ast.Attribute) and not (
+                isinstance(target.value, ast.Name) and target.value.id in ("self", "cls")
+            ):
+                found.append(ast.unparse(target))
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id == "setattr"
+        ):
+            found.append(ast.unparse(node))
+    return found
+
+
+def test_the_controller_wires_its_parts_through_constructors_only() -> None:
+    violations = [
+        f"{path.relative_to(PACKAGE.parent)} sets {what}"
+        for path in sorted(CONTROLLER.glob("*.py"))
+        for what in _set_after_construction(path.read_text())
+    ]
+    assert violations == []
+
+
+def test_the_wiring_check_catches_a_part_patched_after_it_was_made() -> None:
+    source = (
+        "keeper = Keeper()\npools.on_change = keeper.nudge\nsetattr(pods, 'claimer', c)\n"
+        "settings.posting.enabled = False\n"
+    )
+    assert _set_after_construction(source) == [
+        "pools.on_change",
+        "setattr(pods, 'claimer', c)",
+    ]
+    assert _set_after_construction("self._claimer = claimer\n") == []
