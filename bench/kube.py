@@ -22,8 +22,8 @@ from kubernetes.client.exceptions import ApiException
 from kubernetes.watch.watch import iter_resp_lines
 
 from bench import env, page_share, procs
+from bench.kubernetes_configuration import kubernetes_configuration
 from openblox.builders.pod import build_pod
-from openblox.kubernetes_configuration import kubernetes_configuration
 from openblox.models import Sandbox, SandboxSpec, parse_profile
 from openblox.names import (
     GROUP,

@@ -243,6 +243,20 @@ def test_the_transport_loads_neither_the_kubernetes_package_nor_the_client() -> 
     assert violations == []
 
 
+def test_no_shipped_module_imports_the_kubernetes_package() -> None:
+    """One road to the API server (ADR 0018): the operator, the client, the preview proxy
+    and the conformance suite all go through `openblox.transport`. The `kubernetes`
+    package is not a dependency of `openblox`; only the benchmarks' `bench` extra installs
+    it, to measure it against the others."""
+    violations = [
+        f"{path.relative_to(PACKAGE.parent)} imports {module}"
+        for path in sorted(PACKAGE.rglob("*.py"))
+        for module in file_imports(path)
+        if within(module, ("kubernetes", "kubernetes_asyncio"))
+    ]
+    assert violations == []
+
+
 # The base (names, timestamps): the client's name is its default user agent.
 TRANSPORT_ALLOWED = ("openblox.transport", *BASE)
 
@@ -424,7 +438,6 @@ LAYER_ORDER = (
     "pool",
     "leadership",
     "transport",
-    "kubernetes_configuration",
     "controller",
     "client",
     "preview",
