@@ -25,7 +25,7 @@ from openblox.conformance.cluster_api import PodEnded
 from openblox.conformance.settings import DEFAULT_IMAGE
 from openblox.transport import path
 from tests.cluster.capacity import node_rooms
-from tests.cluster.kube import Kube
+from tests.cluster.kubectl import Kube
 
 pytestmark = pytest.mark.cluster
 

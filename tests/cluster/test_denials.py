@@ -24,7 +24,7 @@ import yaml
 from openblox.client import AdmissionDenied, Client, Sandbox, SandboxGone
 from openblox.client.cluster import sandboxes_path
 from openblox.denials import CATEGORIES, SCHEMA, Denial
-from tests.cluster.kube import Kube
+from tests.cluster.kubectl import Kube
 from tests.cluster.sandboxes import opted_in_namespace
 from tests.denial_scoring import Scored, accuracy, write_accuracy
 

@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from openblox.leadership import LeaseTiming
-from tests.cluster.kube import Kube
+from tests.cluster.kubectl import Kube
 from tests.cluster.sandboxes import (
     get_sandbox,
     opt_in,
