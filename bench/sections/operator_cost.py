@@ -19,7 +19,7 @@ from typing import Any
 from kubernetes.client.exceptions import ApiException
 
 from bench import env
-from bench.kube import (
+from bench.cluster_side import (
     BENCH_LABEL,
     NOPOD_PROFILE,
     SMALL_PROFILE,

@@ -9,7 +9,7 @@ from openblox.controller.deadlines import Deadlines
 from openblox.controller.reaper import Reaper
 from openblox.lifetime.reaping import expiry_of
 from openblox.lifetime.timetable import Timetable
-from openblox.models import format_timestamp
+from openblox.timestamps import format_timestamp
 from tests.unit.factories import CREATED, default_profile, make_sandbox, sandbox_body
 from tests.unit.test_operator_loop import (
     FakeKube,

@@ -4,6 +4,7 @@ Imports are read with `ast`, so a violation is caught even in code no test execu
 """
 
 import ast
+import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -243,6 +244,50 @@ def test_the_transport_loads_neither_the_kubernetes_package_nor_the_client() -> 
     assert violations == []
 
 
+def test_no_shipped_module_imports_the_kubernetes_package() -> None:
+    """One road to the API server (ADR 0018): the operator, the client, the preview proxy
+    and the conformance suite all go through `openblox.transport`. The `kubernetes`
+    package is not a dependency of `openblox`; only the benchmarks' `bench` extra installs
+    it, to measure it against the others."""
+    violations = [
+        f"{path.relative_to(PACKAGE.parent)} imports {module}"
+        for path in sorted(PACKAGE.rglob("*.py"))
+        for module in file_imports(path)
+        if within(module, ("kubernetes", "kubernetes_asyncio"))
+    ]
+    assert violations == []
+
+
+# What `pip install openblox` (no extra) must be enough for, and what only an extra brings.
+CLIENT_INSTALL_MODULES = (
+    "openblox",
+    "openblox.client",
+    "openblox.cli.main",
+    "openblox.conformance.__main__",
+    "openblox.conformance.runner",
+    "openblox.conformance.backends.operator",
+    "openblox.conformance.backends.bare_runc",
+    "openblox.conformance.checks",
+)
+NOT_IN_THE_CLIENT_INSTALL = ("kopf", "prometheus_client", "kubernetes")
+
+
+def test_the_client_cli_and_conformance_load_without_the_operator_extra() -> None:
+    """A client's install carries neither kopf nor prometheus-client (the `operator` extra)
+    nor `kubernetes` (the `bench` extra): what it runs must import without them."""
+    program = (
+        "import importlib, sys\n"
+        f"for name in {NOT_IN_THE_CLIENT_INSTALL!r}:\n"
+        "    sys.modules[name] = None  # import raises ImportError\n"
+        f"for module in {CLIENT_INSTALL_MODULES!r}:\n"
+        "    importlib.import_module(module)\n"
+    )
+    ran = subprocess.run(
+        [sys.executable, "-c", program], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert ran.returncode == 0, ran.stderr[-2000:]
+
+
 # The base (names, timestamps): the client's name is its default user agent.
 TRANSPORT_ALLOWED = ("openblox.transport", *BASE)
 
@@ -424,7 +469,6 @@ LAYER_ORDER = (
     "pool",
     "leadership",
     "transport",
-    "kubernetes_configuration",
     "controller",
     "client",
     "preview",

@@ -15,8 +15,9 @@ from typing import Any
 from openblox.controller.kube import Kube, is_not_found, path
 from openblox.controller.requeue import Requeue
 from openblox.controller.watched import Watched
-from openblox.models import Profile, parse_timestamp
+from openblox.models import Profile
 from openblox.names import RUNTIME_CLASS_KATA
+from openblox.timestamps import parse_timestamp
 
 # A pod still Pending after this long has its events read for a runtime failure.
 PENDING_GRACE_SECONDS = 3.0
