@@ -27,7 +27,7 @@ help:
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
 	$(VENV)/bin/pip install -q --upgrade pip
-	$(VENV)/bin/pip install -q -e '.[dev,bench]'
+	$(VENV)/bin/pip install -q -e '.[dev,operator,bench]'
 	touch $@
 
 venv: $(VENV)/.installed

@@ -226,10 +226,6 @@ def container_pids(container: str, docker: Docker) -> list[int]:
     return procs.descendants(table, procs.shims_for(table, [full]))
 
 
-def pid_of(container: str, docker: Docker) -> Path:
-    return Path(docker.run("inspect", "--format", "{{.State.Pid}}", container).decode().strip())
-
-
 def measure_idle(
     ctx: Any,
     section: Any,

@@ -11,7 +11,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from bench import procs
-from bench.kube import Kube, Operator
+from bench.cluster_side import Kube, Operator
 from bench.results import Section
 
 # The embedded cluster's daemons, by the pid files cluster/cluster.sh keeps.

@@ -117,16 +117,6 @@ def cpu_seconds(pids: Iterable[int]) -> float:
     return total / CLOCK_TICKS
 
 
-def vm_rss(pid: int) -> int:
-    try:
-        for line in (PROC / str(pid) / "status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return 0
-
-
 def memory_cgroup(pid: int) -> Path | None:
     try:
         for line in (PROC / str(pid) / "cgroup").read_text().splitlines():

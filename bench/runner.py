@@ -76,7 +76,7 @@ class Context:
     @property
     def kube(self) -> Any:
         if self._kube is None:
-            from bench.kube import Kube
+            from bench.cluster_side import Kube
 
             self._kube = Kube()
         return self._kube
@@ -230,11 +230,11 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, _interrupt)
     signal.signal(signal.SIGINT, _interrupt)
 
-    from bench.kube import run_id
+    from bench.cluster_side import run_id
 
     if args.cleanup:
         from bench import docker as docker_mod
-        from bench.kube import Kube, clean_leftovers
+        from bench.cluster_side import Kube, clean_leftovers
 
         notes: list[str] = []
         clean_leftovers(Kube(), notes)
@@ -320,7 +320,7 @@ def note_on_sections_run(run: Run, selected: list[str], note: str) -> None:
 
 
 def _cluster_problem(ctx: Context) -> str | None:
-    from bench.kube import cluster_ready
+    from bench.cluster_side import cluster_ready
 
     try:
         return cluster_ready(ctx.kube)

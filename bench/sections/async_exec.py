@@ -26,7 +26,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from bench import env
-from bench.kube import delete_namespace, make_namespace
+from bench.cluster_side import delete_namespace, make_namespace
 from bench.results import Section
 from openblox.client import AsyncClient, Client, ExecResult
 
@@ -47,7 +47,7 @@ def room_for(wanted: int) -> tuple[int, str]:
     """How many code-exec Sandboxes fit now (at most `wanted`), and the node's room."""
     env.use_test_helpers()
     from tests.cluster.capacity import node_rooms, sandbox_node_selector, sandbox_requests
-    from tests.cluster.kube import Kube as TestKube
+    from tests.cluster.kubectl import Kube as TestKube
 
     kube = TestKube(env.KUBECONFIG)
     each = sandbox_requests(kube, PROFILE)

@@ -37,7 +37,7 @@ from collections.abc import Callable, Generator, Iterator
 from typing import Any, Protocol
 
 from bench import env
-from bench.kube import delete_namespace, make_namespace
+from bench.cluster_side import delete_namespace, make_namespace
 from bench.results import Section
 from openblox.client import Client
 from openblox.transport import STDOUT

@@ -18,7 +18,7 @@ from kubernetes.client.exceptions import ApiException
 
 from bench import docker as docker_mod
 from bench import env
-from bench.kube import (
+from bench.cluster_side import (
     SMALL_PROFILE,
     SMALL_PROFILE_YAML,
     Kube,
@@ -325,7 +325,7 @@ def cpu_sweep(
     ctx: Any, harness: Harness, section: Section, errors: list[str]
 ) -> dict[str, list[float]]:
     """The direct pod's create→Ready as its CPU limit (= request) grows."""
-    from bench.kube import profile_yaml
+    from bench.cluster_side import profile_yaml
 
     results: dict[str, list[float]] = {}
     waits: list[str] = []

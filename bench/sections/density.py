@@ -24,7 +24,14 @@ from typing import Any
 
 from bench import docker as docker_mod
 from bench import env, memory_parts
-from bench.kube import Kube, delete_namespace, make_namespace, node_capacity, node_pods, pod_memory
+from bench.cluster_side import (
+    Kube,
+    delete_namespace,
+    make_namespace,
+    node_capacity,
+    node_pods,
+    pod_memory,
+)
 from bench.results import Section
 from openblox.client import Client
 from openblox.models import parse_profile, parse_quantity

@@ -16,7 +16,7 @@ from typing import Any
 
 from bench import docker as docker_mod
 from bench import env
-from bench.kube import (
+from bench.cluster_side import (
     WatchRecorder,
     bare_pod,
     delete_namespace,

@@ -13,7 +13,7 @@ import time
 from typing import Any
 
 from bench import env
-from bench.kube import delete_namespace, make_namespace
+from bench.cluster_side import delete_namespace, make_namespace
 from bench.results import Section
 from bench.sections.exec_latency import container_id
 from openblox.client import Client

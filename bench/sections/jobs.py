@@ -12,7 +12,7 @@ import os
 from typing import Any
 
 from bench import env, guest
-from bench.kube import WatchRecorder, bare_pod, delete_namespace, make_namespace, pods_path
+from bench.cluster_side import WatchRecorder, bare_pod, delete_namespace, make_namespace, pods_path
 from bench.results import Section
 
 TITLES = {"jobs": "CPU-bound and syscall-heavy jobs/s at saturation: gVisor vs runc"}

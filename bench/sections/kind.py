@@ -22,7 +22,7 @@ KIND_KUBECONFIG = "/var/lib/openblox/kind/openblox.kubeconfig"
 
 
 def _namespace(kubeconfig: str, name: str) -> None:
-    from tests.cluster.kube import Kube
+    from tests.cluster.kubectl import Kube
     from tests.cluster.sandboxes import opt_in
 
     kube = Kube(kubeconfig)
@@ -32,7 +32,7 @@ def _namespace(kubeconfig: str, name: str) -> None:
 
 
 def _drop_namespace(kubeconfig: str, name: str) -> None:
-    from tests.cluster.kube import Kube
+    from tests.cluster.kubectl import Kube
 
     Kube(kubeconfig).kubectl("delete", "namespace", name, "--wait=false", check=False)
 
@@ -70,7 +70,7 @@ def _create_and_exec(
 
 
 def _failovers(ctx: Any, section: Section) -> None:
-    from tests.cluster.kube import Kube
+    from tests.cluster.kubectl import Kube
     from tests.cluster.sandboxes import (
         get_sandbox,
         opted_in_namespace,

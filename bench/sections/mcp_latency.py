@@ -19,7 +19,7 @@ from mcp import Client as McpClient
 from mcp import StdioServerParameters
 
 from bench import env
-from bench.kube import delete_namespace, make_namespace
+from bench.cluster_side import delete_namespace, make_namespace
 from bench.results import Section
 from openblox.client import Client
 

@@ -19,7 +19,7 @@ from typing import Any
 from kubernetes.client.exceptions import ApiException
 
 from bench import env
-from bench.kube import (
+from bench.cluster_side import (
     BENCH_LABEL,
     NOPOD_PROFILE,
     SMALL_PROFILE,
@@ -61,8 +61,10 @@ def run(ctx: Any, section: Section) -> None:
 
 def reaper_pass(ctx: Any, section: Section) -> None:
     """One pass of the reaper's pure part over 10,000 Sandboxes, in this process."""
+    from openblox.controller.deadlines import Deadlines
     from openblox.controller.profile_store import ProfileStore
     from openblox.controller.reaper import Reaper
+    from openblox.controller.requeue import Requeue, Resyncs
     from openblox.controller.sandbox_cache import SandboxCache
     from openblox.lifetime.reaping import find_expired
     from openblox.models import parse_sandbox
@@ -133,7 +135,10 @@ def reaper_pass(ctx: Any, section: Section) -> None:
         None,  # type: ignore[arg-type]
         cache,
         store,
-        None,  # type: ignore[arg-type]
+        reconcile=None,  # type: ignore[arg-type]
+        requeue=Requeue(),
+        deadlines=Deadlines(),
+        resyncs=Resyncs(),
         events=None,  # type: ignore[arg-type]
         election=None,  # type: ignore[arg-type]
         clock=lambda: now - timedelta(days=1),

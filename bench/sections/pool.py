@@ -25,7 +25,7 @@ from kubernetes.client.exceptions import ApiException
 from bench import docker as docker_mod
 from bench import env, node_cpu
 from bench.claims import Claim, summarize_run, sustained_rate
-from bench.kube import (
+from bench.cluster_side import (
     POOL_PROFILE,
     Kube,
     delete_namespace,

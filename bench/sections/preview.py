@@ -16,7 +16,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from bench import env
-from bench.kube import delete_namespace, make_namespace
+from bench.cluster_side import delete_namespace, make_namespace
 from bench.results import Section
 from openblox.client import Client
 from openblox.transport import ExecOutput, ExecSocket, Session

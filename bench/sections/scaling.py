@@ -21,7 +21,7 @@ from typing import Any
 
 from bench import docker as docker_mod
 from bench import env, memory_parts
-from bench.kube import (
+from bench.cluster_side import (
     IDLE_PROFILE,
     SMALL_PROFILE,
     FlowCounter,

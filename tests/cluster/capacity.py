@@ -21,7 +21,7 @@ from typing import Any
 from openblox.builders.pod import build_pod
 from openblox.models import parse_profile, parse_quantity
 from openblox.models.sandbox import parse_sandbox
-from tests.cluster.kube import Kube
+from tests.cluster.kubectl import Kube
 
 _MI = 1 << 20
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import yaml
 
-from tests.cluster.kube import Kube
+from tests.cluster.kubectl import Kube
 
 OPERATOR_SA = "system:serviceaccount:openblox-system:openblox-operator"
 PROFILES = ("configmap", "openblox-profiles", "openblox-system")

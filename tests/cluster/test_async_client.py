@@ -20,7 +20,7 @@ import pytest
 from openblox.client import AsyncClient, AsyncSandbox, InvalidArgument, SandboxGone
 from openblox.transport.errors import CredentialsError
 from tests.cluster.capacity import require_sandbox_room
-from tests.cluster.kube import Kube
+from tests.cluster.kubectl import Kube
 from tests.cluster.sandboxes import client_role_kubeconfig, opted_in_namespace
 
 pytestmark = pytest.mark.cluster

@@ -20,11 +20,12 @@ from typing import Any
 import pytest
 
 from openblox.conformance.canaries import NET, Canaries
-from openblox.conformance.kube import Kube as ApiKube
-from openblox.conformance.kube import PodEnded
+from openblox.conformance.cluster_api import Kube as ApiKube
+from openblox.conformance.cluster_api import PodEnded
 from openblox.conformance.settings import DEFAULT_IMAGE
+from openblox.transport import path
 from tests.cluster.capacity import node_rooms
-from tests.cluster.kube import Kube
+from tests.cluster.kubectl import Kube
 
 pytestmark = pytest.mark.cluster
 
@@ -37,9 +38,9 @@ def api(kube: Kube) -> ApiKube:
 @pytest.fixture
 def scratch(api: ApiKube) -> Iterator[str]:
     name = f"t-canaries-{secrets.token_hex(3)}"
-    api.core.create_namespace({"metadata": {"name": name}})
+    api.api.post(path(plural="namespaces"), {"metadata": {"name": name}})
     yield name
-    api.core.delete_namespace(name, propagation_policy="Background")
+    api.delete_namespace(name)
 
 
 def _pod(name: str, command: list[str], cpu: str, node: str | None = None) -> dict[str, Any]:
@@ -69,7 +70,7 @@ def test_a_failed_pod_is_reported_with_exit_code_log_tail_and_events(
     # Without a readiness probe the container reads Ready for the moment it runs, and the
     # wait could return that instead of the ending this test is about.
     dies["spec"]["containers"][0]["readinessProbe"] = {"exec": {"command": ["false"]}}
-    api.core.create_namespaced_pod(scratch, dies)
+    api.api.post(path(plural="pods", namespace=scratch), dies)
     with pytest.raises(PodEnded) as ended:
         api.wait_pod(scratch, "dies", 120)
     said = str(ended.value)
@@ -86,15 +87,16 @@ def _node_filled(api: ApiKube, kube: Kube, namespace: str) -> Iterator[str]:
     hold = room.free.cpu_millis - 5
     if hold < 50:
         pytest.fail(f"the node is already full, nothing to fill: {room.describe()}")
-    api.core.create_namespaced_pod(
-        namespace, _pod("placeholder", ["sleep", "infinity"], f"{hold}m", room.node)
+    api.api.post(
+        path(plural="pods", namespace=namespace),
+        _pod("placeholder", ["sleep", "infinity"], f"{hold}m", room.node),
     )
     api.wait_pod(namespace, "placeholder", 120)
     try:
         yield room.node
     finally:
         with contextlib.suppress(Exception):
-            api.core.delete_namespaced_pod("placeholder", namespace, grace_period_seconds=0)
+            api.delete_pod_now(namespace, "placeholder")
 
 
 def test_on_a_full_node_the_canaries_wait_for_room_instead_of_failing(
@@ -102,7 +104,9 @@ def test_on_a_full_node_the_canaries_wait_for_room_instead_of_failing(
 ) -> None:
     with _node_filled(api, kube, scratch) as node:
         # What the canaries used to do: name the node. The kubelet refuses the pod.
-        api.core.create_namespaced_pod(scratch, _pod("named", ["sleep", "60"], "10m", node))
+        api.api.post(
+            path(plural="pods", namespace=scratch), _pod("named", ["sleep", "60"], "10m", node)
+        )
         with pytest.raises(PodEnded) as ended:
             api.wait_pod(scratch, "named", 60)
         assert ended.value.rejected_at_admission, str(ended.value)

@@ -32,7 +32,7 @@ from openblox.client import (
     SandboxNotReady,
 )
 from tests.cluster.capacity import require_sandbox_room
-from tests.cluster.kube import Kube
+from tests.cluster.kubectl import Kube
 from tests.cluster.sandboxes import (
     admission_has,
     extra_profiles,

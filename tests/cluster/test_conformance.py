@@ -34,7 +34,7 @@ from tests.cluster.capacity import (
     sandbox_node_selector,
     sandbox_requests,
 )
-from tests.cluster.kube import Kube
+from tests.cluster.kubectl import Kube
 
 REPO = Path(__file__).resolve().parents[2]
 

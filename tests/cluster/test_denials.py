@@ -24,7 +24,8 @@ import yaml
 from openblox.client import AdmissionDenied, Client, Sandbox, SandboxGone
 from openblox.client.cluster import sandboxes_path
 from openblox.denials import CATEGORIES, SCHEMA, Denial
-from tests.cluster.kube import Kube
+from openblox.timestamps import parse_timestamp
+from tests.cluster.kubectl import Kube
 from tests.cluster.sandboxes import opted_in_namespace
 from tests.denial_scoring import Scored, accuracy, write_accuracy
 
@@ -280,7 +281,7 @@ def test_every_record_has_the_documented_shape(corpus_run: dict[str, Observed]) 
             assert wire["denied"] in CATEGORIES
             assert wire["profile"] in ("code-exec", "no-such-profile")
             assert isinstance(wire["inferred"], bool)
-            datetime.fromisoformat(wire["at"].replace("Z", "+00:00"))
+            parse_timestamp(wire["at"])
             # time and output come from the supervisor's verdict, never from guest text.
             if record.denied in ("time", "output", "lifetime", "admission"):
                 assert record.inferred is False, record

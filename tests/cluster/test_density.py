@@ -15,7 +15,7 @@ import yaml
 
 from openblox.models import parse_profile
 from tests.cluster.capacity import require_sandbox_room
-from tests.cluster.kube import Kube
+from tests.cluster.kubectl import Kube
 from tests.cluster.pod_shims import (
     gofers_of,
     local_processes,

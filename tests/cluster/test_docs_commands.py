@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 import embedded
-from tests.cluster.kube import Kube
+from tests.cluster.kubectl import Kube
 from tests.unit.test_docs import (
     REPO,
     Block,

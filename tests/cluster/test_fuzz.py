@@ -12,9 +12,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from openblox.conformance.kube import Kube as ApiKube
+from openblox.conformance.cluster_api import Kube as ApiKube
 from tests.cluster.capacity import require_room, sandbox_node_selector, sandbox_requests
-from tests.cluster.kube import Kube
+from tests.cluster.kubectl import Kube
 from tests.fuzz import cluster
 from tests.fuzz.runner import run_surface
 

@@ -25,7 +25,7 @@ import pytest
 
 from openblox.client import AsyncClient, Client, ExecTransportError, OpenbloxClientError, Sandbox
 from tests.cluster.capacity import require_sandbox_room
-from tests.cluster.kube import Kube
+from tests.cluster.kubectl import Kube
 from tests.cluster.sandboxes import client_role_kubeconfig, opted_in_namespace, wait_for
 
 pytestmark = pytest.mark.cluster

@@ -25,7 +25,7 @@ from mcp import StdioServerParameters
 from mcp.types import CallToolResult
 
 from tests.cluster.capacity import require_sandbox_room
-from tests.cluster.kube import Kube
+from tests.cluster.kubectl import Kube
 from tests.cluster.sandboxes import get_sandbox, opted_in_namespace, wait_for
 
 pytestmark = pytest.mark.cluster

@@ -31,7 +31,7 @@ from openblox.models.cluster_support import (
     server_findings,
 )
 from openblox.names import LABEL_GVISOR_NODE, OPERATOR, OPERATOR_NAMESPACE, RUNTIME_HANDLER_GVISOR
-from tests.cluster.kube import Kube
+from tests.cluster.kubectl import Kube
 from tests.cluster.pretending_proxy import (
     PretendingProxy,
     Rewrite,

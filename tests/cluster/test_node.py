@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from tests.cluster.kube import Kube
+from tests.cluster.kubectl import Kube
 
 pytestmark = pytest.mark.cluster
 

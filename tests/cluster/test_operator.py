@@ -11,7 +11,7 @@ import pytest
 
 from openblox.models import parse_quantity
 from tests.cluster.capacity import require_sandbox_room
-from tests.cluster.kube import Kube
+from tests.cluster.kubectl import Kube
 from tests.cluster.sandboxes import (
     OPERATOR_SA,
     admission_has,

@@ -15,14 +15,14 @@ import os
 import signal
 import subprocess
 import time
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from openblox.leadership import LeaseTiming
-from tests.cluster.kube import Kube
+from openblox.timestamps import parse_timestamp
+from tests.cluster.kubectl import Kube
 from tests.cluster.sandboxes import (
     get_sandbox,
     opt_in,
@@ -126,8 +126,7 @@ def _kill_process(kube: Kube, pod: str) -> None:
 
 
 def _created(body: dict[str, Any]) -> float:
-    stamp = body["metadata"]["creationTimestamp"].replace("Z", "+00:00")
-    return datetime.fromisoformat(stamp).timestamp()
+    return parse_timestamp(body["metadata"]["creationTimestamp"]).timestamp()
 
 
 def _one_pod_each(kube: Kube, namespace: str) -> None:

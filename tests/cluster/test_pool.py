@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from tests.cluster.capacity import Requests, require_room
-from tests.cluster.kube import Kube
+from tests.cluster.kubectl import Kube
 from tests.cluster.sandboxes import (
     OPERATOR_SA,
     admission_has,

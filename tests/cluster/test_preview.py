@@ -22,7 +22,7 @@ import websocket
 from openblox.client import Client, Sandbox
 from openblox.client.preview import read_key_ring
 from openblox.preview.tokens import Grant, sign
-from tests.cluster.kube import Kube
+from tests.cluster.kubectl import Kube
 from tests.cluster.sandboxes import opted_in_namespace, wait_for
 
 pytestmark = pytest.mark.cluster

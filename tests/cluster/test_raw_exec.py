@@ -13,7 +13,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.cluster.kube import Kube
+from tests.cluster.kubectl import Kube
 from tests.cluster.sandboxes import (
     admission_has,
     extra_profiles,

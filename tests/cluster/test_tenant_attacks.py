@@ -20,7 +20,7 @@ import pytest
 
 from openblox.timestamps import parse_timestamp
 from tests.cluster.capacity import require_sandbox_room
-from tests.cluster.kube import Kube
+from tests.cluster.kubectl import Kube
 from tests.cluster.sandboxes import (
     admission_has,
     extra_profiles,

@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 
 from openblox.timestamps import parse_timestamp
-from tests.cluster.kube import Kube
+from tests.cluster.kubectl import Kube
 from tests.cluster.sandboxes import (
     extra_profiles,
     get_sandbox,

@@ -73,7 +73,7 @@ def outcomes(surface: Surface, tally: Tally) -> str:
 
 def run_cluster(cases: int, seed: int, *, lock: bool) -> list[SurfaceRun]:
     """The cluster surfaces, under the shared cluster's lock (held only for them)."""
-    from openblox.conformance.kube import Kube
+    from openblox.conformance.cluster_api import Kube
     from tests.fuzz import cluster
 
     kube = Kube.connect()

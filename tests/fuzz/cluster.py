@@ -21,12 +21,13 @@ from typing import Any
 
 import yaml
 from hypothesis import strategies as st
-from kubernetes.client.exceptions import ApiException
 
-from openblox.conformance.kube import Kube
+from openblox.client.cluster import sandboxes_path
+from openblox.conformance.cluster_api import Kube
 from openblox.models import ProfileError, parse_profile
-from openblox.names import GROUP, LABEL_SANDBOX, PLURAL, VERSION
+from openblox.names import GROUP, LABEL_SANDBOX, VERSION
 from openblox.timestamps import parse_timestamp
+from openblox.transport import MERGE_PATCH, STRATEGIC_MERGE_PATCH, ApiError, path
 from tests.fuzz import tenant
 from tests.fuzz.oracle import Violation, clear, weaknesses
 from tests.fuzz.pure import PROFILE_DOCUMENTS, SCALARS, SPEC_FIELD, TIMESTAMPS, VALUES
@@ -55,11 +56,18 @@ class Operator:
         self.before = self.snapshot()
 
     def snapshot(self) -> list[tuple[str, int]]:
-        pods = self.kube.core.list_namespaced_pod(
-            SYSTEM, label_selector="app.kubernetes.io/name=openblox-operator"
-        ).items
+        pods = self.kube.api.get(
+            path(plural="pods", namespace=SYSTEM),
+            labelSelector="app.kubernetes.io/name=openblox-operator",
+        )["items"]
         return sorted(
-            (p.metadata.uid, sum(c.restart_count for c in p.status.container_statuses or []))
+            (
+                p["metadata"]["uid"],
+                sum(
+                    c["restartCount"]
+                    for c in (p.get("status") or {}).get("containerStatuses") or []
+                ),
+            )
             for p in pods
         )
 
@@ -80,9 +88,10 @@ class FuzzNamespace:
 
     @contextlib.contextmanager
     def open(self) -> Iterator[FuzzNamespace]:
-        core = self.kube.core
-        core.create_namespace(
-            {"metadata": {"name": self.name, "labels": {"openblox.sh/sandboxes": "enabled"}}}
+        api = self.kube.api
+        api.post(
+            path(plural="namespaces"),
+            {"metadata": {"name": self.name, "labels": {"openblox.sh/sandboxes": "enabled"}}},
         )
         _patch_profiles(self.kube, {FUZZ_PROFILE: FUZZ_PROFILE_YAML})
         try:
@@ -90,22 +99,34 @@ class FuzzNamespace:
             yield self
         finally:
             _patch_profiles(self.kube, {FUZZ_PROFILE: None})
-            with contextlib.suppress(ApiException):
-                core.delete_namespace(self.name, propagation_policy="Background")
+            with contextlib.suppress(ApiError):
+                api.request(
+                    "DELETE",
+                    path(plural="namespaces", name=self.name),
+                    params={"propagationPolicy": "Background"},
+                )
 
     def profile(self) -> Any:
-        data = self.kube.core.read_namespaced_config_map("openblox-profiles", SYSTEM).data or {}
+        data = _configmap(self.kube, "openblox-profiles").get("data") or {}
         return parse_profile(FUZZ_PROFILE, data[FUZZ_PROFILE])
 
 
 def _patch_profiles(kube: Kube, data: dict[str, str | None]) -> None:
-    kube.core.patch_namespaced_config_map("openblox-profiles", SYSTEM, {"data": data})
+    kube.api.patch(
+        path(plural="configmaps", namespace=SYSTEM, name="openblox-profiles"),
+        {"data": data},
+        STRATEGIC_MERGE_PATCH,
+    )
+
+
+def _configmap(kube: Kube, name: str) -> dict[str, Any]:
+    return kube.api.get(path(plural="configmaps", namespace=SYSTEM, name=name))
 
 
 def _admission_profiles(kube: Kube) -> set[str]:
-    with contextlib.suppress(ApiException):
-        params = kube.core.read_namespaced_config_map("openblox-profile-admission", SYSTEM)
-        return set((params.data or {}).keys())
+    with contextlib.suppress(ApiError):
+        params = _configmap(kube, "openblox-profile-admission")
+        return set((params.get("data") or {}).keys())
     return set()
 
 
@@ -204,10 +225,8 @@ class SandboxSpecs:
         if status is not None:
             body["status"] = status
         try:
-            created = self.kube.custom.create_namespaced_custom_object(
-                GROUP, VERSION, self.namespace.name, PLURAL, body
-            )
-        except ApiException as error:
+            created = self.kube.api.post(sandboxes_path(self.namespace.name), body)
+        except ApiError as error:
             return _refusal(error)
         except ValueError as error:  # the client itself refuses to send it (e.g. a name)
             clear(str(error))
@@ -220,9 +239,7 @@ class SandboxSpecs:
         generation = created["metadata"]["generation"]
 
         def reconciled() -> dict[str, Any] | None:
-            body = self.kube.custom.get_namespaced_custom_object(
-                GROUP, VERSION, self.namespace.name, PLURAL, name
-            )
+            body = self.kube.api.get(sandboxes_path(self.namespace.name, name))
             status = body.get("status") or {}
             ready = [c for c in status.get("conditions") or [] if c.get("type") == "Ready"]
             if status.get("observedGeneration") == generation and ready:
@@ -233,19 +250,20 @@ class SandboxSpecs:
         ready = next(c for c in status["conditions"] if c.get("type") == "Ready")
         clear(str(ready.get("message") or ready.get("reason")))
         # By label, not by name: a pod from a warm pool keeps its own name.
-        pods = self.kube.core.list_namespaced_pod(
-            self.namespace.name, label_selector=f"{LABEL_SANDBOX}={name}"
-        ).items
+        pods = self.kube.api.get(
+            path(plural="pods", namespace=self.namespace.name),
+            labelSelector=f"{LABEL_SANDBOX}={name}",
+        )["items"]
         for pod in pods:
-            found = weaknesses(self.kube.plain(pod), self.profile)
+            found = weaknesses(pod, self.profile)
             if found:
-                raise Violation("weaker", f"pod {pod.metadata.name}: {'; '.join(found)}")
+                raise Violation("weaker", f"pod {pod['metadata']['name']}: {'; '.join(found)}")
         built = "pod built" if pods else "no pod"
         return f"accepted, {built} ({ready.get('reason')})"
 
 
-def _refusal(error: ApiException) -> str:
-    if error.status is None or not 400 <= error.status < 500:
+def _refusal(error: ApiError) -> str:
+    if not 400 <= error.status < 500:
         raise Violation("crash", f"the API server answered {error.status}: {error.body!r:.300}")
     try:
         message = str(json.loads(error.body or "{}").get("message") or "")
@@ -282,22 +300,22 @@ def all_reaped(kube: Kube, specs: SandboxSpecs, idle: int = 30) -> None:
         "metadata": {"name": witness},
         "spec": {"profile": FUZZ_PROFILE, "idleTimeoutSeconds": idle},
     }
-    made = kube.custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, body)
+    made = kube.api.post(sandboxes_path(namespace), body)
     deadline = _created(made) + idle
     for name in specs.kept:
-        with contextlib.suppress(ApiException):  # reaped already, by its own spec
-            current = kube.custom.get_namespaced_custom_object(
-                GROUP, VERSION, namespace, PLURAL, name
-            )
+        with contextlib.suppress(ApiError):  # reaped already, by its own spec
+            current = kube.api.get(sandboxes_path(namespace, name))
             left = int(deadline - _created(current))
             asked = (current.get("spec") or {}).get("idleTimeoutSeconds")
             if left >= 1 and not (isinstance(asked, int) and asked <= left):
-                kube.custom.patch_namespaced_custom_object(
-                    GROUP, VERSION, namespace, PLURAL, name, {"spec": {"idleTimeoutSeconds": left}}
+                kube.api.patch(
+                    sandboxes_path(namespace, name),
+                    {"spec": {"idleTimeoutSeconds": left}},
+                    MERGE_PATCH,
                 )
 
     def left_over() -> list[str]:
-        items = kube.custom.list_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL)
+        items = kube.api.get(sandboxes_path(namespace))
         return [i["metadata"]["name"] for i in items["items"] if i["metadata"]["name"] in
                 {witness, *specs.kept}]  # fmt: skip
 
@@ -351,12 +369,14 @@ class ProfileEntries:
             _patch_profiles(self.kube, {key: None})
 
     def _refused(self, key: str, since: float) -> str | None:
-        events = self.kube.core.list_namespaced_event(
-            SYSTEM, field_selector="involvedObject.name=openblox-profiles"
-        ).items
+        events = self.kube.api.get(
+            path(plural="events", namespace=SYSTEM),
+            fieldSelector="involvedObject.name=openblox-profiles",
+        )["items"]
         for event in events:
-            if event.reason == "ProfileRefused" and f'profile "{key}"' in (event.message or ""):
-                return str(event.message)
+            message = event.get("message") or ""
+            if event.get("reason") == "ProfileRefused" and f'profile "{key}"' in message:
+                return str(message)
         return None
 
 
@@ -380,10 +400,10 @@ def still_serves(kube: Kube, namespace: FuzzNamespace, timeout: float = 120.0) -
         "metadata": {"name": name},
         "spec": {"profile": FUZZ_PROFILE},
     }
-    kube.custom.create_namespaced_custom_object(GROUP, VERSION, namespace.name, PLURAL, body)
+    kube.api.post(sandboxes_path(namespace.name), body)
 
     def ready() -> bool:
-        got = kube.custom.get_namespaced_custom_object(GROUP, VERSION, namespace.name, PLURAL, name)
+        got = kube.api.get(sandboxes_path(namespace.name, name))
         return any(
             c.get("type") == "Ready" and c.get("status") == "True"
             for c in (got.get("status") or {}).get("conditions") or []
@@ -392,7 +412,5 @@ def still_serves(kube: Kube, namespace: FuzzNamespace, timeout: float = 120.0) -
     try:
         _wait(ready, timeout, f"{name} to be Ready after the run")
     finally:
-        with contextlib.suppress(ApiException):
-            kube.custom.delete_namespaced_custom_object(
-                GROUP, VERSION, namespace.name, PLURAL, name
-            )
+        with contextlib.suppress(ApiError):
+            kube.api.delete(sandboxes_path(namespace.name, name))

@@ -18,7 +18,6 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from openblox.controller.reaper import Reaper
 from openblox.models import SandboxError, parse_sandbox
 from openblox.names import (
     ANNOTATION_BOUNDARY,
@@ -35,7 +34,7 @@ from openblox.names import (
 from tests.fuzz.oracle import Violation
 from tests.fuzz.runner import Surface
 from tests.unit.factories import CREATED, sandbox_body
-from tests.unit.test_operator_loop import FakeKube, _operator, _uid, _watch_everything
+from tests.unit.test_operator_loop import FakeKube, _operator, _reaper, _uid, _watch_everything
 
 IDLE = 60
 MAX_AGE = 300
@@ -140,15 +139,7 @@ def check_tenant_metadata(drawn: tuple[Any, ...]) -> str:
         if cached is None:
             raise Violation("crash", f"the cache dropped a parsed Sandbox {body['metadata']}")
         reconciler.reconcile(cached, "sandbox")
-    reaper = Reaper(
-        kube,  # type: ignore[arg-type]
-        cache,
-        reconciler._profiles,
-        reconciler,
-        events=reconciler._events,
-        election=_Leading(),  # type: ignore[arg-type]
-        clock=lambda: moment[0],
-    )
+    reaper = _reaper(kube, reconciler, cache, election=_Leading(), clock=lambda: moment[0])
     kube.take()
     # A pass at the witness's deadline (the case's too when its stamp does not count),
     # one at the drawn moment, then the sweep at max age.

@@ -17,7 +17,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "cluster"))
 
 import embedded
-from tests.cluster.kube import Kube
+from tests.cluster.kubectl import Kube
 
 REPO = Path(__file__).resolve().parents[2]
 KIND_SH = REPO / "cluster" / "kind" / "kind.sh"

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from tests.cluster.kube import Kube
+from tests.cluster.kubectl import Kube
 from tests.cluster.sandboxes import wait_for
 from tests.cluster.test_operator_failover import SELECTOR, SYSTEM, _holder, _two_replicas_one_holder
 from tests.kind.conftest import GVISOR_LABEL, docker

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from tests.cluster.kube import Kube
+from tests.cluster.kubectl import Kube
 from tests.cluster.pod_shims import gofers_of, parse_ps, pod_containers, runsc_waits, shims_of
 from tests.cluster.sandboxes import (
     get_sandbox,

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from openblox.conformance.scorecard import Scorecard, Status
-from tests.cluster.kube import Kube
+from tests.cluster.kubectl import Kube
 from tests.kind.conftest import REPO
 
 pytestmark = pytest.mark.kind

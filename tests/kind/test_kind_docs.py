@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.cluster.kube import Kube
+from tests.cluster.kubectl import Kube
 from tests.cluster.test_docs_commands import run_document
 from tests.unit.test_docs import KIND_DOCUMENTS, blocks
 

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 import pytest
 
 import embedded
-from tests.cluster.kube import Kube
+from tests.cluster.kubectl import Kube
 from tests.cluster.sandboxes import wait_for
 from tests.cluster.test_node import CONNECT, pod
 from tests.kind.conftest import KIND_SH, REPO, docker

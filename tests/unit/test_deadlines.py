@@ -5,16 +5,19 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
+from openblox.controller.deadlines import Deadlines
 from openblox.controller.reaper import Reaper
-from openblox.controller.requeue import Deadlines
-from openblox.lifetime.deadlines import Timetable
 from openblox.lifetime.reaping import expiry_of
-from openblox.models import format_timestamp
+from openblox.lifetime.timetable import Timetable
+from openblox.timestamps import format_timestamp
 from tests.unit.factories import CREATED, default_profile, make_sandbox, sandbox_body
 from tests.unit.test_operator_loop import (
     FakeKube,
     _operator,
     _watch_everything,
+)
+from tests.unit.test_operator_loop import (
+    _reaper as _wired_reaper,
 )
 
 DELETE = ("DELETE", "/apis/openblox.sh/v1alpha1/namespaces/team-a/sandboxes/demo")
@@ -100,17 +103,9 @@ def _reaper(kube: FakeKube, moment: list[datetime]) -> tuple[Reaper, Deadlines]:
     kube.objects[f"{DELETE[1]}/status"] = body
     sandbox = cache.upsert(body)
     assert sandbox is not None
-    reaper = Reaper(
-        kube,  # type: ignore[arg-type]
-        cache,
-        reconciler._profiles,
-        reconciler,
-        events=reconciler._events,
-        election=Holder(),  # type: ignore[arg-type]
-        clock=lambda: moment[0],
-    )
+    reaper = _wired_reaper(kube, reconciler, cache, election=Holder(), clock=lambda: moment[0])
     reconciler.reconcile(sandbox, "sandbox")
-    return reaper, reconciler.deadlines
+    return reaper, reconciler._deadlines
 
 
 def test_the_reconcile_arms_the_deadline_and_the_loop_reaps_then_and_only_then() -> None:

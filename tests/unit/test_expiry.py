@@ -3,7 +3,7 @@ from datetime import datetime, timedelta
 import pytest
 
 from openblox.lifetime import Expiry, Lifetime, LifetimeTooLong, compute_expiry, effective_lifetime
-from openblox.models import format_timestamp
+from openblox.timestamps import format_timestamp
 from tests.unit.factories import CREATED, default_profile, make_sandbox
 
 LIFETIME = Lifetime(idle_timeout_seconds=900, max_age_seconds=3600)

@@ -4,6 +4,7 @@ Imports are read with `ast`, so a violation is caught even in code no test execu
 """
 
 import ast
+import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -243,6 +244,50 @@ def test_the_transport_loads_neither_the_kubernetes_package_nor_the_client() -> 
     assert violations == []
 
 
+def test_no_shipped_module_imports_the_kubernetes_package() -> None:
+    """One road to the API server (ADR 0018): the operator, the client, the preview proxy
+    and the conformance suite all go through `openblox.transport`. The `kubernetes`
+    package is not a dependency of `openblox`; only the benchmarks' `bench` extra installs
+    it, to measure it against the others."""
+    violations = [
+        f"{path.relative_to(PACKAGE.parent)} imports {module}"
+        for path in sorted(PACKAGE.rglob("*.py"))
+        for module in file_imports(path)
+        if within(module, ("kubernetes", "kubernetes_asyncio"))
+    ]
+    assert violations == []
+
+
+# What `pip install openblox` (no extra) must be enough for, and what only an extra brings.
+CLIENT_INSTALL_MODULES = (
+    "openblox",
+    "openblox.client",
+    "openblox.cli.main",
+    "openblox.conformance.__main__",
+    "openblox.conformance.runner",
+    "openblox.conformance.backends.operator",
+    "openblox.conformance.backends.bare_runc",
+    "openblox.conformance.checks",
+)
+NOT_IN_THE_CLIENT_INSTALL = ("kopf", "prometheus_client", "kubernetes")
+
+
+def test_the_client_cli_and_conformance_load_without_the_operator_extra() -> None:
+    """A client's install carries neither kopf nor prometheus-client (the `operator` extra)
+    nor `kubernetes` (the `bench` extra): what it runs must import without them."""
+    program = (
+        "import importlib, sys\n"
+        f"for name in {NOT_IN_THE_CLIENT_INSTALL!r}:\n"
+        "    sys.modules[name] = None  # import raises ImportError\n"
+        f"for module in {CLIENT_INSTALL_MODULES!r}:\n"
+        "    importlib.import_module(module)\n"
+    )
+    ran = subprocess.run(
+        [sys.executable, "-c", program], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert ran.returncode == 0, ran.stderr[-2000:]
+
+
 # The base (names, timestamps): the client's name is its default user agent.
 TRANSPORT_ALLOWED = ("openblox.transport", *BASE)
 
@@ -424,7 +469,6 @@ LAYER_ORDER = (
     "pool",
     "leadership",
     "transport",
-    "kubernetes_configuration",
     "controller",
     "client",
     "preview",
@@ -488,3 +532,81 @@ def test_architecture_states_the_same_order_and_maps_every_folder() -> None:
     }
     assert packages - mapped == set()
     assert folders - mapped == set()
+
+
+# ------------------------------------------------------------------ the controller's wiring
+
+CONTROLLER = PACKAGE / "controller"
+# `Runtime.build` makes every part of the operator and hands each what it needs; no part
+# builds another's collaborators or reaches through one (issue 35).
+WIRING = "openblox.controller.runtime"
+RECONCILE = "openblox.controller.reconcile"
+
+
+def test_only_the_wiring_imports_the_reconcile() -> None:
+    """The pool keeper and the reaper get the parts they share with the reconcile (the pod
+    boundaries, the namespaces, the deadlines, a `reconcile` callable) from `Runtime.build`,
+    not by importing the reconciler and reaching through it."""
+    importers = sorted(
+        _module_name(path)
+        for path in PACKAGE.rglob("*.py")
+        if _module_name(path) not in (WIRING, RECONCILE)
+        and any(within(module, (RECONCILE,)) for module in file_imports(path))
+    )
+    assert importers == []
+
+
+def test_only_the_wiring_and_the_handlers_import_the_wiring() -> None:
+    importers = sorted(
+        _module_name(path)
+        for path in PACKAGE.rglob("*.py")
+        if _module_name(path) != WIRING
+        and any(within(module, (WIRING,)) for module in file_imports(path))
+    )
+    assert importers == ["openblox.controller.handlers"]
+
+
+def _set_after_construction(source: str) -> list[str]:
+    """`part.attribute = …` on anything but `self`, and `setattr(…)`: a collaborator
+    patched in after it was made. A literal is a setting, not a collaborator (kopf's
+    `settings.posting.enabled = False`), and passes."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        targets: list[ast.expr] = []
+        if isinstance(node, ast.Assign) and not isinstance(node.value, ast.Constant):
+            targets = list(node.targets)
+        elif isinstance(node, ast.AnnAssign) and not isinstance(node.value, ast.Constant | None):
+            targets = [node.target]
+        for target in targets:
+            if isinstance(target, ast.Attribute) and not (
+                isinstance(target.value, ast.Name) and target.value.id in ("self", "cls")
+            ):
+                found.append(ast.unparse(target))
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id == "setattr"
+        ):
+            found.append(ast.unparse(node))
+    return found
+
+
+def test_the_controller_wires_its_parts_through_constructors_only() -> None:
+    violations = [
+        f"{path.relative_to(PACKAGE.parent)} sets {what}"
+        for path in sorted(CONTROLLER.glob("*.py"))
+        for what in _set_after_construction(path.read_text())
+    ]
+    assert violations == []
+
+
+def test_the_wiring_check_catches_a_part_patched_after_it_was_made() -> None:
+    source = (
+        "keeper = Keeper()\npools.on_change = keeper.nudge\nsetattr(pods, 'claimer', c)\n"
+        "settings.posting.enabled = False\n"
+    )
+    assert _set_after_construction(source) == [
+        "pools.on_change",
+        "setattr(pods, 'claimer', c)",
+    ]
+    assert _set_after_construction("self._claimer = claimer\n") == []

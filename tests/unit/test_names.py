@@ -25,7 +25,7 @@ GUEST = PACKAGE / "guest"
 NOT_NAMES_PY = {
     ("builders/conditions.py", "Ready"): "the pod's Ready condition (Kubernetes')",
     ("denials/observed.py", "Ready"): "the pod's Ready condition (Kubernetes')",
-    ("conformance/kube.py", "Ready"): "the pod's Ready condition (Kubernetes')",
+    ("conformance/cluster_api.py", "Ready"): "the pod's Ready condition (Kubernetes')",
     ("conformance/checks/resources.py", "Ready"): "the node's Ready condition (Kubernetes')",
     # A Boundary is the kernel a probe saw; its values are spelled like the RuntimeClasses.
     ("models/boundary.py", "gvisor"): "a Boundary value",

@@ -8,6 +8,7 @@ not a benchmark's estimate.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -15,13 +16,20 @@ import pytest
 
 from openblox.builders.pod import pod_name
 from openblox.controller import metrics
+from openblox.controller.deadlines import Deadlines
 from openblox.controller.events import EventRecorder
 from openblox.controller.kube import ApiError, path
+from openblox.controller.namespaces import Namespaces
+from openblox.controller.pod_boundaries import PodBoundaries
+from openblox.controller.pool_claim import PoolClaimer
+from openblox.controller.pool_store import PoolStore
 from openblox.controller.profile_store import ProfileStore
 from openblox.controller.reaper import Reaper
-from openblox.controller.reconcile import Reconciler, Settings
-from openblox.controller.requeue import MAX_DELAY_SECONDS, Requeue
+from openblox.controller.reconcile import Reconciler
+from openblox.controller.requeue import MAX_DELAY_SECONDS, Requeue, Resyncs
+from openblox.controller.runtime_checks import RuntimeChecks
 from openblox.controller.sandbox_cache import SandboxCache
+from openblox.controller.sandbox_pods import SandboxPods
 from openblox.controller.watched import NEGATIVE_TTL_SECONDS, Watched, slim_pod
 from openblox.models import Sandbox, parse_sandbox
 from tests.unit.factories import DEFAULT_PROFILE_YAML, SANDBOX_UID, sandbox_body
@@ -98,22 +106,66 @@ class FakeKube:
         return calls
 
 
-def _operator(kube: FakeKube) -> tuple[Reconciler, Watched, SandboxCache]:
+def _operator(
+    kube: FakeKube,
+    *,
+    requeue: Requeue | None = None,
+    clock: Callable[[], datetime] = lambda: NOW,
+    pools: PoolStore | None = None,
+    sole_hand_out: Callable[[Sandbox], bool] = lambda sandbox: False,
+) -> tuple[Reconciler, Watched, SandboxCache]:
+    """The reconcile and its parts, wired as `Runtime.build` wires them (`pools`: with a
+    claimer handing out their warm pods)."""
     profiles = ProfileStore()
     profiles.update({"code-exec": DEFAULT_PROFILE_YAML})
     watched = Watched()
     cache = SandboxCache()
+    requeue = requeue if requeue is not None else Requeue()
+    boundaries = PodBoundaries(kube, watched, requeue)  # type: ignore[arg-type]
+    claimer = (
+        PoolClaimer(kube, watched, pools, boundaries.of)  # type: ignore[arg-type]
+        if pools is not None
+        else None
+    )
     reconciler = Reconciler(
         kube,  # type: ignore[arg-type]
         profiles,
         EventRecorder(kube, "test"),  # type: ignore[arg-type]
-        Settings(network_policy_enforced=False),
-        clock=lambda: NOW,
-        watched=watched,
+        namespaces=Namespaces(kube, watched),  # type: ignore[arg-type]
+        runtimes=RuntimeChecks(kube, watched, network_policy_enforced=False),  # type: ignore[arg-type]
+        pods=SandboxPods(kube, watched, claimer=claimer, sole_hand_out=sole_hand_out),  # type: ignore[arg-type]
+        boundaries=boundaries,
         cache=cache,
-        requeue=Requeue(),
+        requeue=requeue,
+        deadlines=Deadlines(),
+        clock=clock,
     )
     return reconciler, watched, cache
+
+
+def _reaper(
+    kube: FakeKube,
+    reconciler: Reconciler,
+    cache: SandboxCache,
+    *,
+    election: Any,
+    clock: Callable[[], datetime],
+    **options: Any,
+) -> Reaper:
+    """The loop over this reconcile's parts, as `Runtime.build` wires it."""
+    return Reaper(
+        kube,  # type: ignore[arg-type]
+        cache,
+        reconciler._profiles,
+        reconcile=reconciler.reconcile,
+        requeue=reconciler._requeue,
+        deadlines=reconciler._deadlines,
+        resyncs=options.pop("resyncs", Resyncs()),
+        events=reconciler._events,
+        election=election,
+        clock=clock,
+        **options,
+    )
 
 
 def _watch_everything(watched: Watched) -> None:
@@ -263,11 +315,11 @@ def test_a_pending_pod_is_looked_at_again_later_not_on_a_timer() -> None:
     }
     watched.pod_seen(pod)
     reconciler.reconcile(sandbox, "pod")
-    assert len(reconciler.requeue) == 1
+    assert len(reconciler._requeue) == 1
     pod["status"] = {"phase": "Running"}
     watched.pod_seen(pod)
     reconciler.reconcile(sandbox, "pod")
-    assert len(reconciler.requeue) == 0
+    assert len(reconciler._requeue) == 0
 
 
 def _evicted_from_a_lost_node(name: str, deleted: datetime) -> dict[str, Any]:
@@ -302,19 +354,7 @@ def test_a_pod_left_on_a_lost_node_is_released_when_its_grace_is_over(
     moment = [NOW]
     ticks = [0.0]
     requeue = Requeue(clock=lambda: ticks[0])
-    watched, cache = Watched(), SandboxCache()
-    profiles = ProfileStore()
-    profiles.update({"code-exec": DEFAULT_PROFILE_YAML})
-    reconciler = Reconciler(
-        kube,  # type: ignore[arg-type]
-        profiles,
-        EventRecorder(kube, "test"),  # type: ignore[arg-type]
-        Settings(network_policy_enforced=False),
-        clock=lambda: moment[0],
-        watched=watched,
-        cache=cache,
-        requeue=requeue,
-    )
+    reconciler, watched, cache = _operator(kube, requeue=requeue, clock=lambda: moment[0])
     _watch_everything(watched)
     sandbox = _cached(cache)
     name = pod_of(sandbox)
@@ -338,7 +378,7 @@ def test_a_failed_reconcile_is_retried_by_the_loop() -> None:
     sandbox = _cached(cache)
     with pytest.raises(ApiError):
         reconciler.reconcile(sandbox, "sandbox")
-    assert len(reconciler.requeue) == 1
+    assert len(reconciler._requeue) == 1
 
 
 # --------------------------------------------------------------------------- reaper loop
@@ -351,11 +391,15 @@ def test_the_loop_resyncs_unready_sandboxes_only_when_asked_or_after_the_safety_
     watched.runtime_class_gone("gvisor")
     _cached(cache)
     moment = [NOW]
+    resyncs = Resyncs()
     reaper = Reaper(
         kube,  # type: ignore[arg-type]
         cache,
         ProfileStore(),
-        reconciler,
+        reconcile=reconciler.reconcile,
+        requeue=reconciler._requeue,
+        deadlines=reconciler._deadlines,
+        resyncs=resyncs,
         events=None,  # type: ignore[arg-type]
         election=None,  # type: ignore[arg-type]
         resync_seconds=300,
@@ -365,7 +409,7 @@ def test_the_loop_resyncs_unready_sandboxes_only_when_asked_or_after_the_safety_
     moment[0] = NOW + timedelta(seconds=60)
     reaper._maybe_resync()
     assert metrics.RECONCILES.labels("resync")._value.get() == before
-    reaper.request_resync()
+    resyncs.request()
     reaper._maybe_resync()
     assert metrics.RECONCILES.labels("resync")._value.get() == before + 1
     moment[0] = NOW + timedelta(seconds=361)  # 300 s after the last full pass
@@ -435,7 +479,7 @@ def test_a_sandbox_being_deleted_has_its_pod_deleted_and_gets_no_new_one() -> No
     deleting["metadata"]["finalizers"] = ["tenant.example/hold"]
     reconciler.reconcile(deleting, "sandbox")
     assert kube.take() == [("DELETE", f"/api/v1/namespaces/team-a/pods/{pod_name(sandbox)}")]
-    assert reconciler.deadlines.get(("team-a", "demo")) is None
+    assert reconciler._deadlines.get(("team-a", "demo")) is None
     # Once the pod is going, nothing more: no second delete, no new pod, no status.
     watched.pod_seen(
         {
@@ -572,7 +616,7 @@ def test_a_namespace_being_deleted_is_not_an_error_to_retry() -> None:
     kube._answer = terminating  # type: ignore[method-assign]
     reconciler.reconcile(sandbox, "sandbox")
     assert metrics.RECONCILE_ERRORS._value.get() == errors
-    assert len(reconciler.requeue) == 0
+    assert len(reconciler._requeue) == 0
 
 
 def test_a_pod_whose_node_stopped_answering_is_not_probed(monkeypatch: pytest.MonkeyPatch) -> None:

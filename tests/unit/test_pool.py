@@ -8,7 +8,7 @@ from fractions import Fraction
 import pytest
 
 from openblox.builders.pod import build_pod, build_pool_pod, claim_patch, pool_pod_name
-from openblox.models import format_timestamp, parse_profile
+from openblox.models import parse_profile
 from openblox.models.pool import MAX_POOL_SIZE, Pool, PoolError, parse_pool, parse_pools
 from openblox.pool.plan import (
     PoolPod,
@@ -19,6 +19,7 @@ from openblox.pool.plan import (
     pods_per_quota,
     pool_pod_view,
 )
+from openblox.timestamps import format_timestamp
 from tests.unit.factories import CREATED, default_profile, make_sandbox
 
 POOL = Pool("warm", "code-exec", ("team-a",), 3)

@@ -8,20 +8,24 @@ from __future__ import annotations
 
 import copy
 import json
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 
 from openblox.builders.pod import build_pool_pod
+from openblox.controller.events import EventRecorder
 from openblox.controller.kube import ApiError, refusal_reason
-from openblox.controller.pool_claim import PoolClaimer
+from openblox.controller.namespaces import Namespaces
 from openblox.controller.pool_keeper import PoolKeeper
 from openblox.controller.pool_store import PoolStore
 from openblox.controller.reconcile import Reconciler
+from openblox.controller.runtime_checks import RuntimeChecks
 from openblox.controller.watched import Watched
+from openblox.models import Sandbox
 from openblox.models.pool import Pool
 from tests.unit.factories import default_profile, sandbox_body
-from tests.unit.test_operator_loop import FakeKube, _cached, _uid, _watched_operator
+from tests.unit.test_operator_loop import FakeKube, _cached, _operator, _uid, _watch_everything
 
 PODS = "/api/v1/namespaces/team-a/pods"
 POOL = Pool("warm", "code-exec", ("team-a",), 2)
@@ -102,20 +106,14 @@ class PodServer(FakeKube):
         return super().get(target, **params)
 
 
-def _pooled_operator() -> tuple[PodServer, Reconciler, Watched, Any]:
+def _pooled_operator(
+    *, sole_hand_out: Callable[[Sandbox], bool] = lambda sandbox: False
+) -> tuple[PodServer, Reconciler, Watched, Any]:
     server = PodServer()
-    _, reconciler, watched, cache = _watched_operator()
-    reconciler._kube = server  # type: ignore[assignment]
-    reconciler.pods._kube = server  # type: ignore[assignment]
-    reconciler.boundaries._kube = server  # type: ignore[assignment]
-    store = PoolStore(server, reconciler._events)  # type: ignore[arg-type]
+    store = PoolStore(server, EventRecorder(FakeKube(), "test"))  # type: ignore[arg-type]
     store.apply({"data": {"warm": "profile: code-exec\nnamespaces: [team-a]\nsize: 2\n"}})
-    reconciler.pods.claimer = PoolClaimer(
-        server,  # type: ignore[arg-type]
-        watched,
-        store,
-        reconciler.boundary_of,
-    )
+    reconciler, watched, cache = _operator(server, pools=store, sole_hand_out=sole_hand_out)
+    _watch_everything(watched)
     return server, reconciler, watched, cache
 
 
@@ -141,8 +139,7 @@ def test_a_sandbox_a_pool_serves_gets_a_probed_warm_pod_in_three_requests() -> N
 
 
 def test_a_sandbox_made_after_this_replica_took_the_lease_is_handed_a_pod_in_two() -> None:
-    server, reconciler, watched, cache = _pooled_operator()
-    reconciler.pods.sole_hand_out = lambda sandbox: True
+    server, reconciler, watched, cache = _pooled_operator(sole_hand_out=lambda sandbox: True)
     watched.pod_seen(server.add_pod("warm.aaaaa", **{"openblox.sh/boundary": "gvisor"}))
     reconciler.reconcile(_cached(cache), "sandbox")
     # Every hand-out to it was this process's own, so there is none to look for.
@@ -153,8 +150,7 @@ def test_a_sandbox_made_after_this_replica_took_the_lease_is_handed_a_pod_in_two
 
 
 def test_a_hand_out_that_failed_unanswered_is_looked_for_before_another() -> None:
-    server, reconciler, watched, cache = _pooled_operator()
-    reconciler.pods.sole_hand_out = lambda sandbox: True
+    server, reconciler, watched, cache = _pooled_operator(sole_hand_out=lambda sandbox: True)
     sandbox = _cached(cache)
     watched.pod_seen(server.add_pod("warm.lost", **{"openblox.sh/boundary": "gvisor"}))
     watched.pod_seen(server.add_pod("warm.spare", **{"openblox.sh/boundary": "gvisor"}))
@@ -334,9 +330,9 @@ def _hand_out_behind_the_watch(server: PodServer, name: str, owner_uid: str) -> 
 
 
 def test_a_hand_out_that_landed_late_for_this_sandbox_is_taken_not_doubled() -> None:
-    server, reconciler, watched, cache = _pooled_operator()
+    # No read by label: the watch decides.
+    server, reconciler, watched, cache = _pooled_operator(sole_hand_out=lambda _: True)
     sandbox = _cached(cache)
-    reconciler.pods.sole_hand_out = lambda _: True  # no read by label: the watch decides
     watched.pod_seen(server.add_pod("warm.only", **{"openblox.sh/boundary": "gvisor"}))
     _hand_out_behind_the_watch(server, "warm.only", sandbox.uid)
     reconciler.reconcile(sandbox, "sandbox")
@@ -378,9 +374,8 @@ class PreconditionedPodServer(PodServer):
 
 def test_the_keeper_never_deletes_a_pool_pod_handed_out_since_its_watch_showed_it() -> None:
     server = PreconditionedPodServer()
-    _, reconciler, watched, _cache = _watched_operator()
-    reconciler._kube = server  # type: ignore[assignment]
-    reconciler.pods._kube = server  # type: ignore[assignment]
+    reconciler, watched, _cache = _operator(server)
+    _watch_everything(watched)
     store = PoolStore(server, reconciler._events)  # type: ignore[arg-type]
     store.apply({"data": {}})  # the pool was removed: its pods serve nothing now
     keeper = PoolKeeper(
@@ -388,7 +383,9 @@ def test_the_keeper_never_deletes_a_pool_pod_handed_out_since_its_watch_showed_i
         watched,
         store,
         reconciler._profiles,
-        reconciler,
+        namespaces=Namespaces(server, watched),  # type: ignore[arg-type]
+        runtimes=RuntimeChecks(server, watched, network_policy_enforced=False),  # type: ignore[arg-type]
+        boundaries=reconciler._boundaries,
         held=lambda: True,
     )
     keeper._listed = True  # the watch has shown every pool pod

@@ -17,7 +17,7 @@ from openblox.lifetime.reaping import expiry_of
 from openblox.models import parse_sandbox
 from tests.unit.factories import CREATED, default_profile, make_sandbox, sandbox_body
 from tests.unit.test_deadlines import Holder
-from tests.unit.test_operator_loop import FakeKube, _operator, _uid, _watch_everything
+from tests.unit.test_operator_loop import FakeKube, _operator, _reaper, _uid, _watch_everything
 
 SANDBOXES = "/apis/openblox.sh/v1alpha1/namespaces/team-a/sandboxes"
 NAMES = ("first", "poisoned", "refused", "padded", "last")
@@ -52,15 +52,7 @@ def _pass_with_every_kind_of_bad_sandbox() -> tuple[FakeKube, Reaper, list[datet
     # near etcd's object size cannot take its Expired condition).
     kube.errors[("DELETE", f"{SANDBOXES}/refused")] = 500
     kube.errors[("PATCH", f"{SANDBOXES}/padded/status")] = 413
-    reaper = Reaper(
-        kube,  # type: ignore[arg-type]
-        cache,
-        reconciler._profiles,
-        reconciler,
-        events=reconciler._events,
-        election=Holder(),  # type: ignore[arg-type]
-        clock=lambda: moment[0],
-    )
+    reaper = _reaper(kube, reconciler, cache, election=Holder(), clock=lambda: moment[0])
     kube.take()
     return kube, reaper, moment
 
@@ -94,7 +86,7 @@ def test_every_sandbox_due_is_reaped_in_the_pass_whatever_one_of_them_does(which
     assert reaped == 4
     assert metrics.REAP_ERRORS._value.get() == errors_before + 1
     # The refused one costs itself only: tried again in a few seconds.
-    deadlines = reaper._reconciler.deadlines
+    deadlines = reaper._deadlines
     assert deadlines.get(("team-a", "refused")) == at(61 + REAP_RETRY_SECONDS)
 
 

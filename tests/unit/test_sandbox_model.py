@@ -9,11 +9,10 @@ from openblox.models import (
     Sandbox,
     SandboxError,
     SandboxSpec,
-    format_timestamp,
     parse_sandbox,
-    parse_timestamp,
 )
 from openblox.models.sandbox import plain
+from openblox.timestamps import format_timestamp, parse_timestamp
 from tests.unit.factories import CREATED, SANDBOX_UID, sandbox_body
 
 

@@ -85,7 +85,9 @@ def test_the_keeper_of_a_standby_sends_no_request_at_all() -> None:
         untouched,
         untouched,
         untouched,
-        untouched,
+        namespaces=untouched,
+        runtimes=untouched,
+        boundaries=untouched,
         held=lambda: False,
         interval_seconds=0.01,
     )
@@ -103,7 +105,9 @@ def test_a_pass_that_loses_the_lease_midway_stands_by_quietly(
         untouched,
         untouched,
         untouched,
-        untouched,
+        namespaces=untouched,
+        runtimes=untouched,
+        boundaries=untouched,
         held=lambda: True,
         interval_seconds=0.01,
     )

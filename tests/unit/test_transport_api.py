@@ -40,6 +40,13 @@ class _Handler(BaseHTTPRequestHandler):
             self._answer(401, {"kind": "Status", "code": 401, "reason": "Unauthorized"})
         elif self.path.startswith("/api/v1/namespaces/n/pods/absent"):
             self._answer(404, {"kind": "Status", "reason": "NotFound", "message": "absent"})
+        elif self.path.startswith("/api/v1/namespaces/n/pods/p/log"):
+            data = "first line\nlast line é\n".encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
         elif "watch=1" in self.path:
             self.send_response(200)
             self.end_headers()
@@ -108,6 +115,19 @@ def test_a_watch_yields_events_then_raises_the_error_event(server: tuple[str, Pa
     with pytest.raises(Gone, match="too old"):
         next(events)
     assert "resourceVersion=5" in _Handler.seen[0][1]
+
+
+def test_a_text_answer_is_read_as_text_and_a_refusal_raises_its_type(
+    server: tuple[str, Path],
+) -> None:
+    address, token = server
+    token.write_text("fresh")
+    api = Api(Session(Credentials(server=address, token_file=str(token))))
+    log = api.text("/api/v1/namespaces/n/pods/p/log", container="c", tailLines=2)
+    assert log == "first line\nlast line é\n"
+    assert _Handler.seen[-1][1] == "/api/v1/namespaces/n/pods/p/log?container=c&tailLines=2"
+    with pytest.raises(NotFound):
+        api.text("/api/v1/namespaces/n/pods/absent/log")
 
 
 def test_a_write_guard_refuses_before_anything_is_sent(server: tuple[str, Path]) -> None:

@@ -44,13 +44,19 @@ _operator_sources() {
     LC_ALL=C sort -zu
 }
 
-# The requirements to preinstall: the build system's and the project's dependencies.
+# The requirements to preinstall: the build system's, the project's dependencies and its
+# `operator` extra (what `pip install 'openblox[operator]'` brings: kopf, prometheus-client).
 _operator_requirements() {
   "$PYTHON" - "$REPO/pyproject.toml" <<'PY'
 import sys, tomllib
 with open(sys.argv[1], "rb") as f:
     doc = tomllib.load(f)
-for req in doc.get("build-system", {}).get("requires", []) + doc.get("project", {}).get("dependencies", []):
+project = doc.get("project", {})
+for req in (
+    doc.get("build-system", {}).get("requires", [])
+    + project.get("dependencies", [])
+    + project.get("optional-dependencies", {}).get("operator", [])
+):
     print(req)
 PY
 }

@@ -12,9 +12,10 @@ from typing import Any, Literal, TypedDict
 
 from openblox.denials import Denial
 from openblox.lifetime import Expiry
-from openblox.models import Boundary, OpenbloxError, format_timestamp, parse_timestamp
+from openblox.models import Boundary, OpenbloxError
 from openblox.models.sandbox import plain
 from openblox.names import CONTAINER_NAME, ConditionType, Reason
+from openblox.timestamps import format_timestamp, parse_timestamp
 
 ConditionStatus = Literal["True", "False", "Unknown"]
 

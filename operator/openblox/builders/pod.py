@@ -11,7 +11,7 @@ from datetime import datetime
 from typing import Any, TypeVar
 
 from openblox.lifetime import effective_lifetime, remaining_max_age_seconds
-from openblox.models import STATE_VOLUME_SIZE, Profile, Sandbox, parse_timestamp
+from openblox.models import STATE_VOLUME_SIZE, Profile, Sandbox
 from openblox.models.pool import Pool
 from openblox.names import (
     ANNOTATION_BOUNDARY,
@@ -34,6 +34,7 @@ from openblox.names import (
     TMP_DIR,
     WORKSPACE_DIR,
 )
+from openblox.timestamps import parse_timestamp
 
 PodT = TypeVar("PodT", bound=Mapping[str, Any])
 

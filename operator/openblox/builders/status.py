@@ -8,9 +8,10 @@ from typing import Any
 
 from openblox.builders.conditions import Observation, compute_conditions
 from openblox.denials import merge_recent
-from openblox.models import Sandbox, format_timestamp
+from openblox.models import Sandbox
 from openblox.models.profile import ExecLimits, Profile
 from openblox.names import ANNOTATION_PROFILE_DIGEST
+from openblox.timestamps import format_timestamp
 
 
 def build_status(

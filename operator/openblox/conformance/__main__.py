@@ -17,7 +17,7 @@ import argparse
 import json
 import sys
 
-from openblox.conformance.kube import Kube
+from openblox.conformance.cluster_api import Kube
 from openblox.conformance.properties import PROPERTIES, select
 from openblox.conformance.runner import run_suite
 from openblox.conformance.scorecard import Result, Status, slug

@@ -27,10 +27,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from kubernetes.client.exceptions import ApiException
-
-from openblox.conformance.kube import PART_OF, Kube, PodEnded
+from openblox.conformance.cluster_api import PART_OF, Kube, PodEnded
 from openblox.guest import CANARY, PROBE, source
+from openblox.transport import ApiError, is_conflict, path
 
 CONTAINER = "canary"
 NET, METADATA, HOST = "canary-net", "canary-metadata", "canary-host"
@@ -132,7 +131,7 @@ class Canaries:
                 if not ended.rejected_at_admission or attempt == 2:
                     raise
                 self.notes.append(f"{name} recreated: {ended}")
-                self.kube.core.delete_namespaced_pod(name, self.namespace, grace_period_seconds=0)
+                self.kube.delete_pod_now(self.namespace, name)
                 self._await_gone(name, deadline)
                 self._create(self._bodies[name])
         raise AssertionError("unreachable")  # pragma: no cover
@@ -228,9 +227,9 @@ class Canaries:
 
     def _create(self, body: dict[str, Any]) -> None:
         try:
-            self.kube.core.create_namespaced_pod(self.namespace, body)
-        except ApiException as error:
-            if error.status != 409:
+            self.kube.api.post(path(plural="pods", namespace=self.namespace), body)
+        except ApiError as error:
+            if not is_conflict(error):
                 raise
 
     def _service(self, name: str, selector: str, ports: list[tuple[str, int, str]]) -> None:
@@ -247,30 +246,40 @@ class Canaries:
             },
         }
         try:
-            self.kube.core.create_namespaced_service(self.namespace, body)
-        except ApiException as error:
-            if error.status != 409:
+            self.kube.api.post(path(plural="services", namespace=self.namespace), body)
+        except ApiError as error:
+            if not is_conflict(error):
                 raise
 
     def _service_ip(self, name: str) -> str:
-        return str(self.kube.core.read_namespaced_service(name, self.namespace).spec.cluster_ip)
+        service = self.kube.api.get(path(plural="services", namespace=self.namespace, name=name))
+        return str(service["spec"].get("clusterIP"))
 
     def _find_api_server(self) -> None:
         a = self.addresses
         try:
-            service = self.kube.core.read_namespaced_service("kubernetes", "default")
-            a.api_service = (str(service.spec.cluster_ip), int(service.spec.ports[0].port))
-        except ApiException as error:
+            service = self.kube.api.get(
+                path(plural="services", namespace="default", name="kubernetes")
+            )
+            spec = service["spec"]
+            a.api_service = (str(spec.get("clusterIP")), int(spec["ports"][0]["port"]))
+        except ApiError as error:
             self.problems.append(f"cannot read the kubernetes Service: {error.status}")
         try:
-            slices = self.kube.discovery.list_namespaced_endpoint_slice(
-                "default", label_selector="kubernetes.io/service-name=kubernetes"
-            ).items
+            slices = self.kube.api.get(
+                path(
+                    group="discovery.k8s.io",
+                    plural="endpointslices",
+                    namespace="default",
+                ),
+                labelSelector="kubernetes.io/service-name=kubernetes",
+            )["items"]
             for endpoint_slice in slices:
-                port = int(endpoint_slice.ports[0].port) if endpoint_slice.ports else 443
-                for endpoint in endpoint_slice.endpoints or []:
-                    a.api_endpoints.extend((ip, port) for ip in endpoint.addresses)
-        except ApiException as error:
+                ports = endpoint_slice.get("ports")
+                port = int(ports[0]["port"]) if ports else 443
+                for endpoint in endpoint_slice.get("endpoints") or []:
+                    a.api_endpoints.extend((ip, port) for ip in endpoint["addresses"])
+        except ApiError as error:
             self.problems.append(f"cannot read the API server's endpoints: {error.status}")
 
     # ------------------------------------------------------------------ controls

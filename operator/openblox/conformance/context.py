@@ -18,9 +18,10 @@ from typing import Any, TypeVar
 
 from openblox.conformance.backend import Backend, BackendError, ExecOutcome, Handle
 from openblox.conformance.canaries import Canaries, CanaryError
-from openblox.conformance.kube import Kube, message_of
+from openblox.conformance.cluster_api import Kube, message_of
 from openblox.conformance.settings import Settings
 from openblox.guest import PROBE, source
+from openblox.transport import ApiError, path
 
 PROBE_SA = "openblox-conformance-probe"
 T = TypeVar("T")
@@ -272,10 +273,11 @@ class Context:
         if plane is None:
             raise CannotRun("the backend exposes no control plane")
         namespace = plane.sandbox_namespace
-        core, rbac = self.kube.core, self.kube.rbac
+        api = self.kube.api
         with contextlib.suppress(Exception):
-            core.create_namespaced_service_account(
-                namespace, {"metadata": {"name": PROBE_SA}, "automountServiceAccountToken": False}
+            api.post(
+                path(plural="serviceaccounts", namespace=namespace),
+                {"metadata": {"name": PROBE_SA}, "automountServiceAccountToken": False},
             )
         for bound_in in (namespace, plane.unopted_namespace):
             body = {
@@ -288,9 +290,16 @@ class Context:
                 "subjects": [{"kind": "ServiceAccount", "name": PROBE_SA, "namespace": namespace}],
             }
             try:
-                rbac.create_namespaced_role_binding(bound_in, body)
+                api.post(
+                    path(
+                        group="rbac.authorization.k8s.io",
+                        plural="rolebindings",
+                        namespace=bound_in,
+                    ),
+                    body,
+                )
             except Exception as error:
-                if "AlreadyExists" not in str(error):
+                if not (isinstance(error, ApiError) and error.status_reason == "AlreadyExists"):
                     raise CannotRun(
                         f"cannot bind openblox-client for the probe identity in {bound_in}: "
                         f"{message_of(error)}"

@@ -14,13 +14,11 @@ import time
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 
-from kubernetes import client as k8s
-
 from openblox.conformance.backend import Backend
 from openblox.conformance.backends import load_backend
 from openblox.conformance.checks import CHECKS
+from openblox.conformance.cluster_api import Kube, message_of
 from openblox.conformance.context import CannotRun, Context, Environment, Verdict
-from openblox.conformance.kube import Kube, message_of
 from openblox.conformance.properties import PROPERTIES, Property, select
 from openblox.conformance.scorecard import Result, Scorecard, Status, Target
 from openblox.conformance.settings import Settings
@@ -135,7 +133,7 @@ class TargetRun:
 def cluster_facts(kube: Kube) -> dict[str, str]:
     facts: dict[str, str] = {}
     with contextlib.suppress(Exception):
-        facts["kubernetes"] = str(k8s.VersionApi(kube.api).get_code().git_version)
+        facts["kubernetes"] = str(kube.api.get("/version")["gitVersion"])
     return facts
 
 

@@ -2,26 +2,20 @@
 
 from __future__ import annotations
 
-import sys
+# The image installs `openblox[operator]`, which does not bring the `kubernetes` package:
+# kopf, which would load it when present to recognise its models and log in through it,
+# finds it absent, and the operator talks to the API server only through
+# `openblox.transport` (controller/kube.py) and logs kopf in with the same credentials
+# (handlers.py). ADR 0018.
+import argparse
+import logging
 
-# kopf imports the `kubernetes` package at import time when it is installed (it is: the
-# openblox client uses it), only to recognise its models and to log in through it. The
-# operator uses neither (its own thin client, kopf's own ServiceAccount login), and the
-# package with what it pulls in (pydantic, requests, oauthlib, dateutil) is ~15 MiB of
-# resident memory. Marking it absent makes every `import kubernetes` raise ImportError,
-# which kopf handles as "not installed".
-for _absent in ("kubernetes", "kubernetes_asyncio", "pykube"):
-    sys.modules.setdefault(_absent, None)  # type: ignore[arg-type]
+import kopf
+from prometheus_client import start_http_server
 
-import argparse  # noqa: E402
-import logging  # noqa: E402
-
-import kopf  # noqa: E402
-from prometheus_client import start_http_server  # noqa: E402
-
-import openblox.controller.handlers  # noqa: E402, F401  (registers the handlers)
-from openblox.controller.support_gate import wait_until_supported  # noqa: E402
-from openblox.names import OPERATOR  # noqa: E402
+import openblox.controller.handlers  # noqa: F401  (registers the handlers)
+from openblox.controller.support_gate import wait_until_supported
+from openblox.names import OPERATOR
 
 
 def main() -> None:

@@ -31,8 +31,8 @@ from openblox.leadership import (
     sighted,
     unseen_by_earlier_holders,
 )
-from openblox.models import format_micro_timestamp
 from openblox.names import OPERATOR_NAMESPACE
+from openblox.timestamps import format_micro_timestamp
 
 log = logging.getLogger(__name__)
 

@@ -12,8 +12,9 @@ from typing import Any
 from openblox.controller.election import NotLeader
 from openblox.controller.kube import Kube, path
 from openblox.denials import Denial
-from openblox.models import Sandbox, format_micro_timestamp
+from openblox.models import Sandbox
 from openblox.names import API_VERSION, FIELD_MANAGER, GROUP, KIND, Reason
+from openblox.timestamps import format_micro_timestamp
 
 log = logging.getLogger(__name__)
 

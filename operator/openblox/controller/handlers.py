@@ -90,7 +90,7 @@ def sandbox_pod_changed(event: kopf.RawEvent, body: kopf.Body, memo: kopf.Memo, 
     metadata = body["metadata"]
     if event["type"] == "DELETED":
         runtime.watched.pod_gone(metadata["namespace"], metadata["name"], metadata.get("uid"))
-        runtime.reconciler.pod_gone(metadata.get("uid", ""))
+        runtime.boundaries.forget(metadata.get("uid", ""))
     else:
         runtime.watched.pod_seen(body)
     if (metadata.get("labels") or {}).get(LABEL_POOL):
@@ -110,7 +110,7 @@ def namespace_changed(event: kopf.RawEvent, body: kopf.Body, memo: kopf.Memo, **
     elif runtime.watched.namespace_seen(name, body["metadata"].get("labels")):
         # Its Sandboxes' profiles are allowed by these labels, and the reconcile puts
         # back Pod Security `restricted` if someone took it off: reconcile them all.
-        runtime.reaper.request_resync(name)
+        runtime.resyncs.request(name)
 
 
 @kopf.on.event("node.k8s.io", "v1", "runtimeclasses")
@@ -120,7 +120,7 @@ def runtime_class_changed(event: kopf.RawEvent, body: kopf.Body, memo: kopf.Memo
     if event["type"] == "DELETED":
         runtime.watched.runtime_class_gone(name)
     elif runtime.watched.runtime_class_seen(name):
-        runtime.reaper.request_resync()  # RuntimeUnavailable ones may now run
+        runtime.resyncs.request()  # RuntimeUnavailable ones may now run
 
 
 @kopf.on.event("networking.k8s.io", "v1", "networkpolicies", labels={LABEL_MANAGED_BY: MANAGED_BY})
@@ -134,6 +134,6 @@ def network_policy_changed(
     if event["type"] == "DELETED":
         runtime.watched.policy_gone(metadata["namespace"])
         # Made again before anything else happens there.
-        runtime.reaper.request_resync(metadata["namespace"])
+        runtime.resyncs.request(metadata["namespace"])
     else:
         runtime.watched.policy_seen(metadata["namespace"])

@@ -33,9 +33,12 @@ from openblox.controller.kube import (
     refusal_reason,
     status_of,
 )
+from openblox.controller.namespaces import Namespaces
+from openblox.controller.pod_boundaries import PodBoundaries
 from openblox.controller.pool_store import PoolStore
 from openblox.controller.profile_store import ProfileStore
-from openblox.controller.reconcile import Reconciler
+from openblox.controller.runtime_checks import RuntimeChecks
+from openblox.controller.sandbox_pods import delete_pod
 from openblox.controller.watched import Watched
 from openblox.models import Boundary, OpenbloxError, Profile, resolve_profile
 from openblox.models.pool import Pool
@@ -67,9 +70,12 @@ class PoolKeeper:
         watched: Watched,
         pools: PoolStore,
         profiles: ProfileStore,
-        reconciler: Reconciler,
         *,
+        namespaces: Namespaces,
+        runtimes: RuntimeChecks,
+        boundaries: PodBoundaries,
         held: Callable[[], bool],
+        wake: threading.Event | None = None,
         pacer: RefillPacer | None = None,
         interval_seconds: float = 1.0,
         clock: Callable[[], float] = time.monotonic,
@@ -78,12 +84,15 @@ class PoolKeeper:
         self._watched = watched
         self._pools = pools
         self._profiles = profiles
-        self._reconciler = reconciler
+        self._namespaces = namespaces
+        self._runtimes = runtimes
+        self._boundaries = boundaries
         self._held = held
         self._pacer = pacer or RefillPacer()
         self._interval = interval_seconds
         self._clock = clock
-        self._wake = threading.Event()
+        # Set by whatever a pool waits for (`nudge`; the pool store when the pools change).
+        self._wake = wake if wake is not None else threading.Event()
         self._listed = False
         self._quotas: dict[str, tuple[float, list[dict[str, Any]]]] = {}
         self._overheads: dict[str, tuple[float, dict[str, str]]] = {}
@@ -145,7 +154,7 @@ class PoolKeeper:
                             key[0],
                             pod["metadata"]["name"],
                         )
-                        self._reconciler.delete_pod(pod, only_as_seen=True)
+                        delete_pod(self._kube, pod, only_as_seen=True)
         gone = [f"{ns}/{name}" for ns, name in set(pods) - set(desired)]
         self._pacer.forget(gone)
         with self._hand_outs_guard:
@@ -176,7 +185,7 @@ class PoolKeeper:
 
     def _serves(self, pool: Pool, profile: Profile, namespace: str) -> bool:
         try:
-            labels = self._reconciler.namespace_labels(namespace)
+            labels = self._namespaces.labels(namespace)
         except Exception as error:
             if not is_not_found(error):
                 raise
@@ -194,7 +203,7 @@ class PoolKeeper:
                 f'pool "{pool.name}" keeps no pods in "{namespace}": {error.message}',
             )
             return False
-        problem = self._reconciler.runtime_problem(profile)
+        problem = self._runtimes.problem(profile)
         if problem:
             self._pools.record(Reason.POOL_REFUSED, f'pool "{pool.name}" keeps no pods: {problem}')
             return False
@@ -227,7 +236,7 @@ class PoolKeeper:
         by_name = {pod["metadata"]["name"]: pod for pod in pods}
         expected = profile.expected_boundary
         views = [
-            pool_pod_view(pod, self._reconciler.boundary_of(pod["metadata"]["uid"]), expected)
+            pool_pod_view(pod, self._boundaries.of(pod["metadata"]["uid"]), expected)
             for pod in pods
         ]
         starting = sum(1 for v in views if v.starting and v.digest == profile.digest)
@@ -251,7 +260,7 @@ class PoolKeeper:
                 )
         for name in plan.delete:
             log.info("deleting pool pod %s/%s", namespace, name)
-            self._reconciler.delete_pod(by_name[name], only_as_seen=True)
+            delete_pod(self._kube, by_name[name], only_as_seen=True)
         # list(): a probe's exception is raised here, failing the pass as before.
         list(self._probes.map(lambda name: self._probe(by_name[name], expected), plan.probe))
         if plan.create:
@@ -259,19 +268,19 @@ class PoolKeeper:
 
     def _probe(self, pod: dict[str, Any], expected: Boundary | None) -> None:
         """The same boundary check a cold pod gets, before the pod may be handed out."""
-        self._reconciler.observed_boundary(None, pod, PodState.from_pod(pod))
-        observed = self._reconciler.boundary_of(pod["metadata"]["uid"])
+        self._boundaries.observe(None, pod, PodState.from_pod(pod))
+        observed = self._boundaries.of(pod["metadata"]["uid"])
         if observed is None:
             return  # inconclusive: probed again on a later pass
         self._wake.set()  # hand-out-able now, or to be deleted: act on it next pass
         if expected is not None and observed != expected:
             return
-        self._reconciler.boundaries.record(pod, observed)
+        self._boundaries.record(pod, observed)
 
     def _create(
         self, pool: Pool, profile: Profile, namespace: str, count: int, pacer_key: str
     ) -> None:
-        self._reconciler.prepare_namespace(namespace)
+        self._namespaces.prepare(namespace)
         for _ in range(count):
             body = build_pool_pod(pool, namespace, profile, _suffix())
             try:

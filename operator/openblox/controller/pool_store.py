@@ -27,7 +27,7 @@ class PoolStore:
     ) -> None:
         self._kube = kube
         self._events = events
-        self.on_change = on_change
+        self._on_change = on_change
         self._lock = threading.Lock()
         self._pools: dict[str, Pool] = {}
         self._configmap: dict[str, Any] | None = None
@@ -72,7 +72,7 @@ class PoolStore:
             self.record(Reason.POOL_REFUSED, error.message + kept)
         if changed:
             log.info("pools now: %s", sorted(current))
-            self.on_change()
+            self._on_change()
 
     def loaded(self) -> bool:
         """Whether the ConfigMap has been read once: before, no pool is known to be gone."""

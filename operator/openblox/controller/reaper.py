@@ -10,7 +10,7 @@ deadline nobody armed.
 Watch events drive the reconcile (Sandboxes, their pods, Namespaces, RuntimeClasses,
 the NetworkPolicy, the profiles). The loop only adds what no event brings: the
 reconciles a reconcile asked for later (`Requeue`), a full pass over the unready ones
-when something they may wait for changed (`request_resync`), a slow safety resync every
+when something they may wait for changed (`Resyncs`), a slow safety resync every
 `resync_seconds` in case an event was missed, and, on taking the Lease over, a
 reconcile of every Sandbox (a standby saw the events but acted on none). It also sets
 the `openblox_sandboxes` gauge from the cache, in every replica.
@@ -24,11 +24,12 @@ from collections.abc import Callable, Mapping
 from datetime import UTC, datetime, timedelta
 
 from openblox.controller import metrics
+from openblox.controller.deadlines import Deadlines
 from openblox.controller.election import Election, NotLeader
 from openblox.controller.events import EventRecorder, record_denial, sandbox_ref
 from openblox.controller.kube import Kube, is_conflict, is_not_found, sandbox_path
 from openblox.controller.profile_store import ProfileStore
-from openblox.controller.reconcile import Reconciler
+from openblox.controller.requeue import Requeue, Resyncs
 from openblox.controller.sandbox_cache import SandboxCache
 from openblox.denials import lifetime_denial
 from openblox.lifetime.expiry import Expiry
@@ -52,10 +53,14 @@ class Reaper:
         kube: Kube,
         cache: SandboxCache,
         profiles: ProfileStore,
-        reconciler: Reconciler,
         *,
+        reconcile: Callable[[Sandbox, str], None],
+        requeue: Requeue,
+        deadlines: Deadlines,
+        resyncs: Resyncs,
         events: EventRecorder,
         election: Election,
+        on_takeover: Callable[[], None] = lambda: None,
         interval_seconds: float = 1.0,
         sweep_seconds: float = 30.0,
         resync_seconds: float = 300.0,
@@ -65,7 +70,10 @@ class Reaper:
         self._kube = kube
         self._cache = cache
         self._profiles = profiles
-        self._reconciler = reconciler
+        self._reconcile = reconcile
+        self._requeue = requeue
+        self._deadlines = deadlines
+        self._resyncs = resyncs
         self._events = events
         self._election = election
         self._interval = interval_seconds
@@ -74,14 +82,11 @@ class Reaper:
         self._gauge_interval = gauge_seconds
         self._clock = clock
         # What else a new holder writes first (admission parameters, refused-config Events).
-        self.on_takeover: Callable[[], None] = lambda: None
+        self._on_takeover = on_takeover
         self._leading = False
         self._last_sweep = self._clock().timestamp()
         self._last_resync = self._clock().timestamp()
         self._last_gauge = 0.0
-        self._resync_guard = threading.Lock()
-        self._resync_all = False
-        self._resync_namespaces: set[str] = set()
         self._reaped: dict[str, None] = {}
 
     def run(self, stop: threading.Event) -> None:
@@ -109,7 +114,7 @@ class Reaper:
         log.info("taking over: sweeping, then reconciling every Sandbox")
         self._last_sweep = self._clock().timestamp()
         self.reap_once()
-        self.on_takeover()
+        self._on_takeover()
         threading.Thread(target=self.reconcile_all, name="takeover", daemon=True).start()
 
     def reconcile_all(self) -> int:
@@ -121,7 +126,7 @@ class Reaper:
             if current is None:
                 continue
             try:
-                self._reconciler.reconcile(current, "takeover")
+                self._reconcile(current, "takeover")
                 done += 1
             except Exception:
                 log.exception("reconcile of %s/%s failed", sandbox.namespace, sandbox.name)
@@ -140,7 +145,7 @@ class Reaper:
         """The Sandboxes whose armed deadline has come; one whose deadline moved (activity
         postponed its idle timeout) is armed again at the new one."""
         now = self._clock()
-        due = self._reconciler.deadlines.pop_due(now)
+        due = self._deadlines.pop_due(now)
         if not due:
             return 0
         profiles = self._profiles.snapshot()
@@ -165,7 +170,7 @@ class Reaper:
             if expiry is None:
                 return 0
             if not expiry.expired:
-                self._reconciler.deadlines.arm(key, expiry.expires_at)
+                self._deadlines.arm(key, expiry.expires_at)
                 return 0
             return self._reap(sandbox, expiry)
         except NotLeader:
@@ -178,7 +183,7 @@ class Reaper:
                 sandbox.name,
                 REAP_RETRY_SECONDS,
             )
-            self._reconciler.deadlines.arm(key, now + timedelta(seconds=REAP_RETRY_SECONDS))
+            self._deadlines.arm(key, now + timedelta(seconds=REAP_RETRY_SECONDS))
             return 0
 
     def _maybe_sweep(self) -> None:
@@ -212,9 +217,7 @@ class Reaper:
             )
         current = self._cache.get(sandbox.namespace, sandbox.name)
         if current is not None:
-            _best_effort(
-                sandbox, "mark it Expired", lambda: self._reconciler.reconcile(current, "reaper")
-            )
+            _best_effort(sandbox, "mark it Expired", lambda: self._reconcile(current, "reaper"))
         try:
             self._kube.delete(
                 sandbox_path(sandbox.namespace, sandbox.name),
@@ -231,26 +234,16 @@ class Reaper:
         log.info("reaped %s/%s (%s)", sandbox.namespace, sandbox.name, expiry.reason)
         return 1
 
-    def request_resync(self, namespace: str | None = None) -> None:
-        """Something unready Sandboxes may wait for changed (profiles, a RuntimeClass):
-        reconcile every unready one on the next pass. With a namespace (its labels
-        changed, its NetworkPolicy went away), every Sandbox there, Ready or not."""
-        with self._resync_guard:
-            if namespace is None:
-                self._resync_all = True
-            else:
-                self._resync_namespaces.add(namespace)
-
     def run_requeued(self) -> int:
         """The reconciles that reconciles asked for later and that are now due."""
         done = 0
-        for namespace, name in self._reconciler.requeue.pop_due():
+        for namespace, name in self._requeue.pop_due():
             sandbox = self._cache.get(namespace, name)
             if sandbox is None:
                 continue
             done += 1
             try:
-                self._reconciler.reconcile(sandbox, "requeue")
+                self._reconcile(sandbox, "requeue")
             except Exception:
                 log.exception("requeued reconcile of %s/%s failed", namespace, name)
         return done
@@ -259,9 +252,7 @@ class Reaper:
         """Re-reconcile Sandboxes that are not Ready when asked, or every resync_seconds
         as a safety net against a missed event (settled ones cost no API request)."""
         now = self._clock().timestamp()
-        with self._resync_guard:
-            everything, namespaces = self._resync_all, self._resync_namespaces
-            self._resync_all, self._resync_namespaces = False, set()
+        everything, namespaces = self._resyncs.take()
         if now - self._last_resync >= self._resync:
             everything = True
         if not everything and not namespaces:
@@ -272,7 +263,7 @@ class Reaper:
             if sandbox.namespace not in namespaces and (not everything or _is_ready(sandbox)):
                 continue
             try:
-                self._reconciler.reconcile(sandbox, "resync")
+                self._reconcile(sandbox, "resync")
             except Exception:
                 log.exception("resync of %s/%s failed", sandbox.namespace, sandbox.name)
 

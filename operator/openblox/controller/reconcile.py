@@ -1,5 +1,7 @@
 """The one reconcile: observe a Sandbox's world, make the pod exist, report the status.
 
+Two halves: resolve what the Sandbox should be (`resolve.py`: its profile, deadline and
+runtime, or the typed reason no pod may be made), then converge its pod to that.
 Level-based and idempotent: every trigger (a Sandbox event, a pod event, a requeue,
 the slow safety resync) calls the same function with the latest Sandbox, and it
 converges from whatever it finds. What it observes comes from the watches (`Watched`):
@@ -13,10 +15,9 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import threading
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -24,39 +25,29 @@ from openblox.builders.conditions import (
     LOST_NODE_GRACE_SECONDS,
     Observation,
     PodState,
-    Problem,
     lost_node,
     node_trouble,
     status_changed,
     unschedulable_runtime,
 )
 from openblox.builders.status import build_status, profile_digest, status_patch
-from openblox.controller import metrics, namespaces, runtime_checks
+from openblox.controller import metrics, runtime_checks
+from openblox.controller.deadlines import Deadlines
 from openblox.controller.election import NotLeader
 from openblox.controller.events import EventRecorder, record_denial, sandbox_ref
 from openblox.controller.kube import Kube, is_namespace_terminating, is_not_found, sandbox_path
+from openblox.controller.namespaces import Namespaces
 from openblox.controller.pod_boundaries import PodBoundaries
 from openblox.controller.profile_store import ProfileStore
-from openblox.controller.requeue import Deadlines, Requeue
+from openblox.controller.requeue import Requeue
+from openblox.controller.resolve import Wanted, resolve
+from openblox.controller.runtime_checks import RuntimeChecks
 from openblox.controller.sandbox_cache import SandboxCache
 from openblox.controller.sandbox_pods import SandboxPods
-from openblox.controller.watched import Watched
-from openblox.denials import Denial, lifetime_denial, pod_denial
-from openblox.lifetime import Expiry, compute_expiry, effective_lifetime
-from openblox.lifetime.reaping import expiry_of
-from openblox.models import (
-    LifetimeTooLong,
-    OpenbloxError,
-    Profile,
-    Sandbox,
-    SandboxError,
-    parse_sandbox,
-)
-from openblox.models.profile import Boundary, resolve_profile
-from openblox.names import (
-    ConditionType,
-    Reason,
-)
+from openblox.denials import Denial, pod_denial
+from openblox.lifetime import Expiry
+from openblox.models import Profile, Sandbox, SandboxError, parse_sandbox
+from openblox.names import ConditionType, Reason
 from openblox.timestamps import parse_optional_timestamp
 
 log = logging.getLogger(__name__)
@@ -65,45 +56,39 @@ log = logging.getLogger(__name__)
 ERROR_RETRY_SECONDS = 2.0
 
 
-@dataclass(frozen=True)
-class Settings:
-    network_policy_enforced: bool
-
-    @classmethod
-    def from_environment(cls) -> Settings:
-        return cls(os.environ.get("OPENBLOX_NETWORK_POLICY_ENFORCED", "false") == "true")
-
-
 class Reconciler:
+    """The one reconcile; every part it works with is built once (`Runtime.build`) and
+    handed in, shared with the loops that need the same part."""
+
     def __init__(
         self,
         kube: Kube,
         profiles: ProfileStore,
         events: EventRecorder,
-        settings: Settings,
-        clock: Callable[[], datetime] = lambda: datetime.now(UTC),
         *,
-        watched: Watched | None = None,
-        cache: SandboxCache | None = None,
-        requeue: Requeue | None = None,
-        deadlines: Deadlines | None = None,
+        namespaces: Namespaces,
+        runtimes: RuntimeChecks,
+        pods: SandboxPods,
+        boundaries: PodBoundaries,
+        cache: SandboxCache,
+        requeue: Requeue,
+        deadlines: Deadlines,
+        clock: Callable[[], datetime] = lambda: datetime.now(UTC),
     ):
         self._kube = kube
         self._profiles = profiles
         self._events = events
-        self._settings = settings
-        self._clock = clock
-        self.watched = watched or Watched()
+        self._namespaces = namespaces
+        self._runtimes = runtimes
+        self._pods = pods
+        self._boundaries = boundaries
         self._cache = cache
-        # Not `or`: an empty Requeue or Deadlines is falsy (__len__), and a caller's own
-        # (the reaper's, a test's clock) would be swapped for a new one.
-        self.requeue = requeue if requeue is not None else Requeue()
-        self.deadlines = deadlines if deadlines is not None else Deadlines()
+        self._requeue = requeue
+        self._deadlines = deadlines
+        self._clock = clock
         self._locks: dict[str, threading.Lock] = {}
         self._locks_guard = threading.Lock()
-        self.boundaries = PodBoundaries(kube, self.watched, self.requeue)
         self._ready_seen: set[str] = set()
-        self.pods = SandboxPods(kube, self.watched)
 
     # ------------------------------------------------------------------ entry point
 
@@ -130,24 +115,17 @@ class Reconciler:
                     return
                 metrics.RECONCILE_ERRORS.inc()
                 # Nothing else may come to retry it (no event, no short resync): back off.
-                self.requeue.after((sandbox.namespace, sandbox.name), ERROR_RETRY_SECONDS)
+                self._requeue.after((sandbox.namespace, sandbox.name), ERROR_RETRY_SECONDS)
                 raise
 
     def forget(self, uid: str, namespace: str = "", name: str = "") -> None:
         with self._locks_guard:
             self._locks.pop(uid, None)
         self._ready_seen.discard(uid)
-        self.pods.forget(uid)
+        self._pods.forget(uid)
         if name:
-            self.requeue.settled((namespace, name))
-            self.deadlines.disarm((namespace, name))
-
-    def pod_gone(self, uid: str) -> None:
-        self.boundaries.forget(uid)
-
-    def boundary_of(self, pod_uid: str) -> Boundary | None:
-        """What the boundary probe saw in this pod (None: not probed yet)."""
-        return self.boundaries.of(pod_uid)
+            self._requeue.settled((namespace, name))
+            self._deadlines.disarm((namespace, name))
 
     def _lock_for(self, uid: str) -> threading.Lock:
         with self._locks_guard:
@@ -161,17 +139,8 @@ class Reconciler:
         may not strip a sandbox pod's owner (admission lets it only delete), so it waits
         until the pod is gone. Either would otherwise leave the pod running on its own
         deadline, past the Sandbox's end and outside the reaper's reach."""
-        self.deadlines.disarm((sandbox.namespace, sandbox.name))
-        for pod in self.pods.owned(sandbox):
-            if pod["metadata"].get("deletionTimestamp"):
-                continue
-            log.info(
-                "Sandbox %s/%s is being deleted; deleting its pod %s",
-                sandbox.namespace,
-                sandbox.name,
-                pod["metadata"]["name"],
-            )
-            self.delete_pod(pod)
+        self._deadlines.disarm((sandbox.namespace, sandbox.name))
+        self._pods.end(sandbox, self._pods.owned(sandbox), "it is being deleted")
 
     def _reconcile(self, sandbox: Sandbox) -> None:
         now = self._clock()
@@ -192,53 +161,57 @@ class Reconciler:
     def _observe_and_converge(
         self, sandbox: Sandbox, now: datetime
     ) -> tuple[Observation, Profile | None, dict[str, Any] | None]:
-        try:
-            profile = self._resolve_profile(sandbox)
-            lifetime = effective_lifetime(sandbox, profile)
-        except (OpenbloxError, LifetimeTooLong) as error:
-            # No new pod, but the clock runs on (`expiry_of`): a namespace that stopped
-            # allowing the profile, or a profile shortened or deleted since, must not
-            # leave the Sandbox, or the pod it has, without a deadline.
-            expiry = expiry_of(sandbox, self._profiles.snapshot(), now)
-            self._arm(sandbox, expiry)
-            pod = self.pods.read(sandbox)
-            self._events.record(sandbox_ref(sandbox), error.reason, error.message)
-            return Observation(profile_problem=Problem.from_error(error), expiry=expiry), None, pod
+        """Resolve what the Sandbox should be, then converge its pod to that."""
+        resolution = resolve(
+            sandbox,
+            now,
+            profiles=self._profiles,
+            namespaces=self._namespaces,
+            runtimes=self._runtimes,
+        )
+        self._arm(sandbox, resolution.expiry)
+        if isinstance(resolution, Wanted):
+            observation, pod = self._converge(sandbox, resolution, now)
+            return observation, resolution.profile, pod
+        # No new pod: why is said, and the pod it has, if any, is reported (an expired
+        # one the reaper deletes).
+        why = resolution.event()
+        if why is not None:
+            self._events.record(sandbox_ref(sandbox), *why)
+        return resolution.observation(), resolution.profile, self._pods.read(sandbox)
 
-        expiry = compute_expiry(sandbox, lifetime, now)
-        self._arm(sandbox, expiry)
-        base = Observation(expiry=expiry, expected_boundary=profile.expected_boundary)
-        runtime_problem = self.runtime_problem(profile)
-        if runtime_problem:
-            self._events.record(sandbox_ref(sandbox), Reason.RUNTIME_UNAVAILABLE, runtime_problem)
-            return (
-                replace(base, runtime_available=False, runtime_message=runtime_problem),
-                profile,
-                self.pods.read(sandbox),
-            )
-        if expiry.expired:
-            # The reaper deletes it; no new pod for a sandbox whose time is up.
-            reaped = lifetime_denial(sandbox, profile, expiry)
-            return (
-                replace(base, runtime_available=True, denials=(reaped,)),
-                profile,
-                self.pods.read(sandbox),
-            )
-
-        self.prepare_namespace(sandbox.namespace)
-        pod, conflict = self.pods.ensure(sandbox, profile, now)
+    def _converge(
+        self, sandbox: Sandbox, wanted: Wanted, now: datetime
+    ) -> tuple[Observation, dict[str, Any] | None]:
+        """Make the Sandbox's one pod exist, then tend it as it is."""
+        base = wanted.observation()
+        self._namespaces.prepare(sandbox.namespace)
+        pod, conflict = self._pods.ensure(sandbox, wanted.profile, now)
         if conflict:
-            return replace(base, runtime_available=True, pod_conflict=conflict), profile, None
+            return replace(base, pod_conflict=conflict), None
         if pod is None:
-            return replace(base, runtime_available=True), profile, None
+            return base, None
+        return self._tend(sandbox, wanted.profile, pod, base, now), pod
+
+    def _tend(
+        self,
+        sandbox: Sandbox,
+        profile: Profile,
+        pod: dict[str, Any],
+        base: Observation,
+        now: datetime,
+    ) -> Observation:
+        """What the pod's state asks for: release it from a lost node, wait for its
+        deletion, replace it when it ended, report a runtime the node lacks, or check the
+        boundary it runs behind."""
         state = PodState.from_pod(pod)
         # Requeues are keyed by the Sandbox (a pool pod's name is not the Sandbox's).
         key = (sandbox.namespace, sandbox.name)
-        on_node = replace(base, runtime_available=True, pod=state, node_problem=node_trouble(pod))
+        on_node = replace(base, pod=state, node_problem=node_trouble(pod))
         node = lost_node(pod, now)
         if node is not None:
             self._release_pod_of_lost_node(sandbox, pod, node)
-            return on_node, profile, pod
+            return on_node
         deleted = pod["metadata"].get("deletionTimestamp")
         if deleted and not state.terminated:
             # A pod stuck Terminating sends no more events: look again once it may count
@@ -246,29 +219,26 @@ class Reconciler:
             # Running is no Pending wait), or the release waits for the next resync.
             deleted_at = parse_optional_timestamp(deleted)
             since = (now - deleted_at).total_seconds() if deleted_at else 0.0
-            self.requeue.after(key, max(LOST_NODE_GRACE_SECONDS - since, 0) + 1)
-            return on_node, profile, pod
+            self._requeue.after(key, max(LOST_NODE_GRACE_SECONDS - since, 0) + 1)
+            return on_node
         if on_node.node_problem is not None:
             # Its node stopped answering: a boundary probe would hang on the exec until
             # its timeout, holding this Sandbox's reconciles (and the eviction's event)
             # back. The eviction that follows brings the next reconcile.
-            return on_node, profile, pod
+            return on_node
         if state.terminated:
             ended = pod_denial(pod, profile=profile.name, now=now)
             self._replace_dead_pod(sandbox, pod, state, ended)
-            denials = (ended,) if ended else ()
-            return replace(base, runtime_available=True, pod=state, denials=denials), profile, pod
+            return replace(base, pod=state, denials=(ended,) if ended else ())
         sandbox_failure = unschedulable_runtime(
             pod, profile.runtime_class_name
-        ) or runtime_checks.sandbox_creation_failure(self._kube, self.requeue, key, pod, now)
+        ) or runtime_checks.sandbox_creation_failure(self._kube, self._requeue, key, pod, now)
         if sandbox_failure:
             self._events.record(sandbox_ref(sandbox), Reason.RUNTIME_UNAVAILABLE, sandbox_failure)
-            return (
-                replace(base, runtime_available=False, runtime_message=sandbox_failure, pod=state),
-                profile,
-                pod,
+            return replace(
+                base, runtime_available=False, runtime_message=sandbox_failure, pod=state
             )
-        boundary = self.observed_boundary(key, pod, state)
+        boundary = self._boundaries.observe(key, pod, state)
         if (
             boundary is not None
             and boundary != profile.expected_boundary
@@ -279,36 +249,16 @@ class Reconciler:
                 f"not {profile.expected_boundary}; deleting it"
             )
             self._events.record(sandbox_ref(sandbox), Reason.BOUNDARY_MISMATCH, message)
-            self.delete_pod(pod)
-        return replace(on_node, observed_boundary=boundary), profile, pod
+            self._pods.delete(pod)
+        return replace(on_node, observed_boundary=boundary)
 
     def _arm(self, sandbox: Sandbox, expiry: Expiry | None) -> None:
         """The loop reaps it at this moment (a deadline in the past: at its next pass)."""
         key = (sandbox.namespace, sandbox.name)
         if expiry is None:
-            self.deadlines.disarm(key)
+            self._deadlines.disarm(key)
         else:
-            self.deadlines.arm(key, expiry.expires_at)
-
-    def namespace_labels(self, namespace: str) -> dict[str, str]:
-        return namespaces.namespace_labels(self._kube, self.watched, namespace)
-
-    def runtime_problem(self, profile: Profile) -> str | None:
-        enforced = self._settings.network_policy_enforced
-        return runtime_checks.runtime_problem(self._kube, self.watched, profile, enforced)
-
-    def prepare_namespace(self, namespace: str) -> None:
-        namespaces.prepare_namespace(self._kube, self.watched, namespace)
-
-    def _resolve_profile(self, sandbox: Sandbox) -> Profile:
-        labels = self.namespace_labels(sandbox.namespace)
-        broken = {}
-        refusal = self._profiles.refusal(sandbox.spec.profile)
-        if refusal is not None and self._profiles.get(sandbox.spec.profile) is None:
-            broken[sandbox.spec.profile] = refusal
-        return resolve_profile(
-            sandbox.spec.profile, sandbox.namespace, labels, self._profiles.snapshot(), broken
-        )
+            self._deadlines.arm(key, expiry.expires_at)
 
     def _replace_dead_pod(
         self, sandbox: Sandbox, pod: dict[str, Any], state: PodState, denial: Denial | None
@@ -323,7 +273,7 @@ class Reconciler:
         )
         if denial is not None:
             record_denial(self._events, sandbox_ref(sandbox), denial)
-        self.delete_pod(pod)
+        self._pods.delete(pod)
 
     def _release_pod_of_lost_node(
         self, sandbox: Sandbox, pod: Mapping[str, Any], node: str
@@ -336,17 +286,7 @@ class Reconciler:
             f"node {node} was lost with the sandbox pod on it; replacing the pod on another "
             "node (files in /tmp, /workspace and running processes are lost)",
         )
-        self.delete_pod(pod)
-
-    def delete_pod(self, pod: Mapping[str, Any], *, only_as_seen: bool = False) -> None:
-        self.pods.delete(pod, only_as_seen=only_as_seen)
-
-    def observed_boundary(
-        self, key: tuple[str, str] | None, pod: Mapping[str, Any], state: PodState
-    ) -> Boundary | None:
-        """The probed boundary of the pod (`PodBoundaries.observe`); the pool keeper asks
-        it too, for a warm pod."""
-        return self.boundaries.observe(key, pod, state)
+        self._pods.delete(pod)
 
     def _write_status(self, sandbox: Sandbox, status: dict[str, Any]) -> None:
         if not status_changed(sandbox.status, status):

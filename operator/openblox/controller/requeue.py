@@ -1,5 +1,4 @@
-"""Reconciles asked for later, by key: the few waits that no watch event ends; and each
-Sandbox's expiry, armed at its deadline.
+"""Reconciles asked for later, by key: the few waits that no watch event ends.
 
 A pod stuck Pending because the node cannot create its sandbox changes nothing the pod
 watch would deliver, and an inconclusive boundary probe has nothing to wait for. Instead
@@ -12,9 +11,6 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from datetime import datetime
-
-from openblox.lifetime.deadlines import Timetable
 
 MAX_DELAY_SECONDS = 30.0
 
@@ -54,30 +50,28 @@ class Requeue:
             return len(self._due)
 
 
-class Deadlines:
-    """Each Sandbox's expiry, armed by its reconcile at the deadline it computed; the loop
-    reaps what is due. Thread-safe around the pure `Timetable`."""
+class Resyncs:
+    """Passes over many Sandboxes, asked for when something they may wait for changed:
+    every unready one (profiles, a RuntimeClass), or every one in a namespace (its labels,
+    its NetworkPolicy). The reaper's loop takes them at its next pass."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._table: Timetable[tuple[str, str]] = Timetable()
+        self._everything = False
+        self._namespaces: set[str] = set()
 
-    def arm(self, key: tuple[str, str], at: datetime) -> None:
+    def request(self, namespace: str | None = None) -> None:
+        """Every unready Sandbox at the next pass; with a namespace, every Sandbox there,
+        Ready or not."""
         with self._lock:
-            self._table.arm(key, at)
+            if namespace is None:
+                self._everything = True
+            else:
+                self._namespaces.add(namespace)
 
-    def disarm(self, key: tuple[str, str]) -> None:
+    def take(self) -> tuple[bool, set[str]]:
+        """(every unready one?, the namespaces to pass over whole) asked for since the last take."""
         with self._lock:
-            self._table.disarm(key)
-
-    def pop_due(self, now: datetime) -> list[tuple[str, str]]:
-        with self._lock:
-            return self._table.pop_due(now)
-
-    def get(self, key: tuple[str, str]) -> datetime | None:
-        with self._lock:
-            return self._table.get(key)
-
-    def __len__(self) -> int:
-        with self._lock:
-            return len(self._table)
+            taken = (self._everything, self._namespaces)
+            self._everything, self._namespaces = False, set()
+            return taken

@@ -11,20 +11,26 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from openblox.controller.deadlines import Deadlines
 from openblox.controller.election import Election
 from openblox.controller.events import EventRecorder
 from openblox.controller.kube import Kube
+from openblox.controller.namespaces import Namespaces
+from openblox.controller.pod_boundaries import PodBoundaries
 from openblox.controller.pool_claim import PoolClaimer
 from openblox.controller.pool_keeper import PoolKeeper
 from openblox.controller.pool_store import PoolStore
 from openblox.controller.profile_store import ProfileStore
 from openblox.controller.profile_watch import ProfileWatcher
 from openblox.controller.reaper import Reaper
-from openblox.controller.reconcile import Reconciler, Settings
-from openblox.controller.requeue import Deadlines, Requeue
+from openblox.controller.reconcile import Reconciler
+from openblox.controller.requeue import Requeue, Resyncs
+from openblox.controller.runtime_checks import RuntimeChecks, network_policy_enforced
 from openblox.controller.sandbox_cache import SandboxCache
+from openblox.controller.sandbox_pods import SandboxPods
 from openblox.controller.started_watch import StartedWatcher
 from openblox.controller.watched import Watched
+from openblox.models import Sandbox
 from openblox.names import KIND, LEADER_LEASE
 
 log = logging.getLogger(__name__)
@@ -36,13 +42,18 @@ PROFILES_LOAD_TIMEOUT_SECONDS = 30.0
 
 @dataclass
 class Runtime:
+    """Every part, built once by `build` and handed what it needs through its constructor;
+    nothing is set on a part after it is made. The handlers reach the parts from here."""
+
     kube: Kube
     profiles: ProfileStore
     cache: SandboxCache
+    watched: Watched
+    boundaries: PodBoundaries
+    resyncs: Resyncs
     reconciler: Reconciler
     reaper: Reaper
     profile_watcher: ProfileWatcher
-    watched: Watched
     pools: PoolStore
     pool_keeper: PoolKeeper
     started_watcher: StartedWatcher
@@ -64,33 +75,48 @@ class Runtime:
         cache = SandboxCache()
         events = EventRecorder(kube, pod)
         watched = Watched()
+        # Shared by the reconcile and the loops: each is one part, asked by all.
+        requeue, deadlines, resyncs = Requeue(), Deadlines(), Resyncs()
+        namespaces = Namespaces(kube, watched)
+        runtimes = RuntimeChecks(kube, watched, network_policy_enforced=network_policy_enforced())
+        boundaries = PodBoundaries(kube, watched, requeue)
+        # What wakes the pool keeper: a change of the pools, or a `nudge`.
+        refill = threading.Event()
+        pools = PoolStore(kube, events, on_change=refill.set)
+        # Refill runs in one replica: the one holding the operator's Lease. Hand-outs
+        # happen inside the reconcile, which only the holder runs.
+        keeper = PoolKeeper(
+            kube,
+            watched,
+            pools,
+            profiles,
+            namespaces=namespaces,
+            runtimes=runtimes,
+            boundaries=boundaries,
+            held=lambda: election.leading,
+            wake=refill,
+        )
+        claimer = PoolClaimer(kube, watched, pools, boundaries.of, on_hand_out=keeper.handed_out)
+
+        def sole_hand_out(sandbox: Sandbox) -> bool:
+            return election.sole_writer_for(sandbox.creation_timestamp)
+
+        pods = SandboxPods(kube, watched, claimer=claimer, sole_hand_out=sole_hand_out)
         reconciler = Reconciler(
             kube,
             profiles,
             events,
-            Settings.from_environment(),
-            watched=watched,
+            namespaces=namespaces,
+            runtimes=runtimes,
+            pods=pods,
+            boundaries=boundaries,
             cache=cache,
-            requeue=Requeue(),
-            deadlines=Deadlines(),
-        )
-        reaper = Reaper(kube, cache, profiles, reconciler, events=events, election=election)
-        pools = PoolStore(kube, events)
-        # Refill runs in one replica: the one holding the operator's Lease. Hand-outs
-        # happen inside the reconcile, which only the holder runs.
-        keeper = PoolKeeper(
-            kube, watched, pools, profiles, reconciler, held=lambda: election.leading
-        )
-        pools.on_change = keeper.nudge
-        reconciler.pods.claimer = PoolClaimer(
-            kube, watched, pools, reconciler.boundary_of, on_hand_out=keeper.handed_out
-        )
-        reconciler.pods.sole_hand_out = lambda sandbox: election.sole_writer_for(
-            sandbox.creation_timestamp
+            requeue=requeue,
+            deadlines=deadlines,
         )
 
         def profiles_changed() -> None:
-            reaper.request_resync()
+            resyncs.request()
             keeper.nudge()
 
         watcher = ProfileWatcher(
@@ -112,7 +138,18 @@ class Runtime:
                     log.exception("taking over: %s failed; retried at the next change", step)
             keeper.nudge()
 
-        reaper.on_takeover = take_over
+        reaper = Reaper(
+            kube,
+            cache,
+            profiles,
+            reconcile=reconciler.reconcile,
+            requeue=requeue,
+            deadlines=deadlines,
+            resyncs=resyncs,
+            events=events,
+            election=election,
+            on_takeover=take_over,
+        )
 
         def probe_started(namespace: str, pod: str) -> None:
             # A reconcile writes; a standby leaves it to the holder.
@@ -130,17 +167,19 @@ class Runtime:
 
         started = StartedWatcher(kube, watched, on_started=probe_started)
         return cls(
-            kube,
-            profiles,
-            cache,
-            reconciler,
-            reaper,
-            watcher,
-            watched,
-            pools,
-            keeper,
-            started,
-            election,
+            kube=kube,
+            profiles=profiles,
+            cache=cache,
+            watched=watched,
+            boundaries=boundaries,
+            resyncs=resyncs,
+            reconciler=reconciler,
+            reaper=reaper,
+            profile_watcher=watcher,
+            pools=pools,
+            pool_keeper=keeper,
+            started_watcher=started,
+            election=election,
         )
 
     def start(self) -> None:

@@ -7,6 +7,7 @@ is started under another runtime.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
@@ -14,8 +15,9 @@ from typing import Any
 from openblox.controller.kube import Kube, is_not_found, path
 from openblox.controller.requeue import Requeue
 from openblox.controller.watched import Watched
-from openblox.models import Profile, parse_timestamp
+from openblox.models import Profile
 from openblox.names import RUNTIME_CLASS_KATA
+from openblox.timestamps import parse_timestamp
 
 # A pod still Pending after this long has its events read for a runtime failure.
 PENDING_GRACE_SECONDS = 3.0
@@ -23,33 +25,47 @@ PENDING_GRACE_SECONDS = 3.0
 MISSING_HANDLER = "no runtime for"
 
 
-def runtime_problem(
-    kube: Kube, watched: Watched, profile: Profile, network_policy_enforced: bool
-) -> str | None:
-    name = profile.runtime_class_name
-    exists = watched.runtime_class_exists(name)
-    if exists is None:
-        try:
-            kube.get(path(group="node.k8s.io", plural="runtimeclasses", name=name))
-            watched.runtime_class_seen(name)
-            exists = True
-        except Exception as error:
-            if not is_not_found(error):
-                raise
-            watched.runtime_class_gone(name)
-            exists = False
-    if not exists:
-        return (
-            f'RuntimeClass "{profile.runtime_class_name}" does not exist in this '
-            "cluster; refusing to run the sandbox under any other runtime"
-        )
-    if profile.runtime_class_name == RUNTIME_CLASS_KATA and not network_policy_enforced:
-        return (
-            "Kata profiles need NetworkPolicy enforcement (under Kata the policy is the "
-            "only network layer) and this cluster has not confirmed it "
-            "(OPENBLOX_NETWORK_POLICY_ENFORCED)"
-        )
-    return None
+def network_policy_enforced() -> bool:
+    """Whether the admin has confirmed that this cluster enforces NetworkPolicy."""
+    return os.environ.get("OPENBLOX_NETWORK_POLICY_ENFORCED", "false") == "true"
+
+
+class RuntimeChecks:
+    """Whether a profile's runtime can run here, as the RuntimeClass watch shows it.
+
+    Built once and shared: the reconcile and the pool keeper ask the same question."""
+
+    def __init__(self, kube: Kube, watched: Watched, *, network_policy_enforced: bool) -> None:
+        self._kube = kube
+        self._watched = watched
+        self._network_policy_enforced = network_policy_enforced
+
+    def problem(self, profile: Profile) -> str | None:
+        """Why this profile's pods cannot run here (None: they can)."""
+        name = profile.runtime_class_name
+        exists = self._watched.runtime_class_exists(name)
+        if exists is None:
+            try:
+                self._kube.get(path(group="node.k8s.io", plural="runtimeclasses", name=name))
+                self._watched.runtime_class_seen(name)
+                exists = True
+            except Exception as error:
+                if not is_not_found(error):
+                    raise
+                self._watched.runtime_class_gone(name)
+                exists = False
+        if not exists:
+            return (
+                f'RuntimeClass "{profile.runtime_class_name}" does not exist in this '
+                "cluster; refusing to run the sandbox under any other runtime"
+            )
+        if profile.runtime_class_name == RUNTIME_CLASS_KATA and not self._network_policy_enforced:
+            return (
+                "Kata profiles need NetworkPolicy enforcement (under Kata the policy is the "
+                "only network layer) and this cluster has not confirmed it "
+                "(OPENBLOX_NETWORK_POLICY_ENFORCED)"
+            )
+        return None
 
 
 def sandbox_creation_failure(

@@ -29,15 +29,22 @@ log = logging.getLogger(__name__)
 
 
 class SandboxPods:
-    def __init__(self, kube: Kube, watched: Watched) -> None:
+    def __init__(
+        self,
+        kube: Kube,
+        watched: Watched,
+        *,
+        claimer: PoolClaimer | None = None,
+        sole_hand_out: Callable[[Sandbox], bool] = lambda sandbox: False,
+    ) -> None:
         self._kube = kube
         self._watched = watched
         # Hands out warm pool pods; without it (or with no pool) every pod is made cold.
-        self.claimer: PoolClaimer | None = None
+        self._claimer = claimer
         # True when no replica but this one can have handed the Sandbox a pod (it has
         # held the Lease since before the Sandbox was made): each hand-out's answer then
         # reached this process, and no read is needed to find one.
-        self.sole_hand_out: Callable[[Sandbox], bool] = lambda sandbox: False
+        self._sole_hand_out = sole_hand_out
         # Sandboxes whose hand-out here raised instead of answering: it may have landed.
         self._unanswered: set[str] = set()
 
@@ -65,19 +72,10 @@ class SandboxPods:
         straight away (no read first), and a 409 is answered by one read.
         """
         owned = self.owned(sandbox)
-        for extra in owned[1:]:
-            # One pod per Sandbox. Two can only come from two operators handing out at
-            # once (a replaced one's hand-out landing late; each pod still to one Sandbox
-            # only); the extra one goes.
-            if extra["metadata"].get("deletionTimestamp"):
-                continue
-            log.warning(
-                "Sandbox %s/%s has a second pod %s; deleting it",
-                sandbox.namespace,
-                sandbox.name,
-                extra["metadata"]["name"],
-            )
-            self.delete(extra)
+        # One pod per Sandbox. Two can only come from two operators handing out at once
+        # (a replaced one's hand-out landing late; each pod still to one Sandbox only);
+        # the extra one goes.
+        self.end(sandbox, owned[1:], "it has a second pod", logging.WARNING)
         if owned:
             return owned[0], None
         found = self._watched.pod(sandbox.namespace, pod_name(sandbox))
@@ -111,9 +109,10 @@ class SandboxPods:
         return found, None
 
     def _claim_warm_pod(self, sandbox: Sandbox, profile: Profile) -> dict[str, Any] | None:
-        if self.claimer is None or not self.claimer.serves(profile.name, sandbox.namespace):
+        claimer = self._claimer
+        if claimer is None or not claimer.serves(profile.name, sandbox.namespace):
             return None
-        if sandbox.uid in self._unanswered or not self.sole_hand_out(sandbox):
+        if sandbox.uid in self._unanswered or not self._sole_hand_out(sandbox):
             # A hand-out whose answer never came (an earlier operator was killed, or the
             # request here failed) may have left a pod this Sandbox owns that the watch
             # has not shown yet: one read by label finds it, so none is handed out twice.
@@ -128,26 +127,51 @@ class SandboxPods:
             if owned:
                 return owned[0]
         try:
-            return self.claimer.claim(sandbox, profile)
+            return claimer.claim(sandbox, profile)
         except Exception:
             self._unanswered.add(sandbox.uid)
             raise
+
+    def end(
+        self,
+        sandbox: Sandbox,
+        pods: list[dict[str, Any]],
+        why: str,
+        level: int = logging.INFO,
+    ) -> None:
+        """Delete each of these pods of the Sandbox that is not going already, saying why."""
+        for pod in pods:
+            if pod["metadata"].get("deletionTimestamp"):
+                continue
+            log.log(
+                level,
+                "Sandbox %s/%s: %s; deleting pod %s",
+                sandbox.namespace,
+                sandbox.name,
+                why,
+                pod["metadata"]["name"],
+            )
+            self.delete(pod)
 
     def forget(self, uid: str) -> None:
         self._unanswered.discard(uid)
 
     def delete(self, pod: Mapping[str, Any], *, only_as_seen: bool = False) -> None:
-        """Delete this pod (not a namesake made since); `only_as_seen`: only if it has not
-        changed since this copy (a pool pod handed out meanwhile is not deleted: 409)."""
-        metadata = pod["metadata"]
-        preconditions = {"uid": metadata["uid"]}
-        if only_as_seen:
-            preconditions["resourceVersion"] = metadata["resourceVersion"]
-        try:
-            self._kube.delete(
-                path(plural="pods", namespace=metadata["namespace"], name=metadata["name"]),
-                {"gracePeriodSeconds": 0, "preconditions": preconditions},
-            )
-        except Exception as error:
-            if not (is_not_found(error) or is_conflict(error)):
-                raise
+        delete_pod(self._kube, pod, only_as_seen=only_as_seen)
+
+
+def delete_pod(kube: Kube, pod: Mapping[str, Any], *, only_as_seen: bool = False) -> None:
+    """Delete this pod (not a namesake made since); `only_as_seen`: only if it has not
+    changed since this copy (a pool pod handed out meanwhile is not deleted: 409)."""
+    metadata = pod["metadata"]
+    preconditions = {"uid": metadata["uid"]}
+    if only_as_seen:
+        preconditions["resourceVersion"] = metadata["resourceVersion"]
+    try:
+        kube.delete(
+            path(plural="pods", namespace=metadata["namespace"], name=metadata["name"]),
+            {"gracePeriodSeconds": 0, "preconditions": preconditions},
+        )
+    except Exception as error:
+        if not (is_not_found(error) or is_conflict(error)):
+            raise

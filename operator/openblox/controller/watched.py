@@ -219,10 +219,6 @@ class Watched:
                 if pod["metadata"].get("labels", {}).get(LABEL_POOL) and not _controller_uid(pod)
             ]
 
-    def pod_count(self) -> int:
-        with self._lock:
-            return len(self._pods)
-
     def container_started(self, uid: str) -> None:
         with self._lock:
             self._started.add(uid)

@@ -22,7 +22,6 @@ from openblox.models.profile import (
 )
 from openblox.models.profile_parsing import parse_profile, parse_profiles
 from openblox.models.sandbox import Sandbox, SandboxSpec, parse_sandbox
-from openblox.timestamps import format_micro_timestamp, format_timestamp, parse_timestamp
 
 __all__ = [
     "STATE_VOLUME_SIZE",
@@ -41,12 +40,9 @@ __all__ = [
     "Sandbox",
     "SandboxError",
     "SandboxSpec",
-    "format_micro_timestamp",
-    "format_timestamp",
     "parse_profile",
     "parse_profiles",
     "parse_quantity",
     "parse_sandbox",
-    "parse_timestamp",
     "resolve_profile",
 ]

@@ -14,8 +14,9 @@ from fractions import Fraction
 from typing import Any
 
 from openblox.builders.conditions import PodState
-from openblox.models import Boundary, parse_quantity, parse_timestamp
+from openblox.models import Boundary, parse_quantity
 from openblox.names import ANNOTATION_BOUNDARY, ANNOTATION_PROFILE_DIGEST
+from openblox.timestamps import parse_timestamp
 
 # ResourceQuota keys that a pool pod's requests and limits count against.
 _QUOTA_KEYS = {

@@ -35,10 +35,6 @@ def agent_argv(port: int) -> list[str]:
     return ["python3", "-I", "-S", "-c", AGENT, str(port)]
 
 
-class TunnelClosed(ExecStreamError):
-    """The relay ended before any reply: nothing listens, or the sandbox went away."""
-
-
 class Tunnel(io.RawIOBase):
     """One exec-backed connection to a loopback port in a sandbox."""
 

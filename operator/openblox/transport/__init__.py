@@ -17,7 +17,9 @@ core another transport (asyncio) builds on; the others do blocking I/O:
 - `sync_exec`: one `pods/exec` over a websocket (websocket-client, over `tls`).
 
 Their asyncio twins, for `AsyncClient`, pair with them by name: `async_api` and
-`async_exec`, over aiohttp (ADR 0011). They are not imported here, so a process that
+`async_exec`, over aiohttp (ADR 0011). So an exec websocket is opened in two places,
+`sync_exec` and `async_exec`, both here and on the one pure `frames` core; nothing outside
+this package opens one (tests/unit/test_layering.py). They are not imported here, so a process that
 does not use them never loads aiohttp; `ExecSocket` is loaded on first use, so one that
 never opens an exec (the CLI's `ls`, a client that has not run a command yet) never
 loads websocket-client.

@@ -192,9 +192,13 @@ class Exchange:
         self._answer = (status, reason, data)
 
     def body(self) -> dict[str, Any]:
+        return decode_body(self.content())
+
+    def content(self) -> bytes:
+        """The answer's body as it came (a pod's log is text, not JSON)."""
         if self._answer is None:
             raise RuntimeError("no answer was received")
         status, reason, data = self._answer
         if status >= 400:
             raise api_error(status, reason, data)
-        return decode_body(data)
+        return data

@@ -110,11 +110,19 @@ class Api:
 
     def send(self, call: Call) -> dict[str, Any]:
         """The answer to `call` (`request`'s, as one value)."""
+        return self._exchange(call).body()
+
+    def text(self, request_path: str, **params: Any) -> str:
+        """A GET whose answer is text, not JSON: a pod's log."""
+        content = self._exchange(Call("GET", request_path, params=params)).content()
+        return content.decode("utf-8", "replace")
+
+    def _exchange(self, call: Call) -> Exchange:
         exchange = Exchange(self._endpoint, self.session, call)
         with nullcontext() if call.method == "GET" else self._writing():
             while (prepared := exchange.next_request()) is not None:
                 exchange.receive(*self._send(prepared))
-        return exchange.body()
+        return exchange
 
     def _send(self, prepared: Prepared) -> tuple[int, str, bytes]:
         """The answer's status, reason and body, on this thread's keep-alive connection."""

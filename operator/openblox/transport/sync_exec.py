@@ -1,7 +1,9 @@
 """One `pods/exec` over a websocket, channel protocol v5, with bytes kept exact.
 
-The only place an exec websocket is opened. On wss:// it runs over `tls.DuplexTLSSocket`,
-so one thread may write stdin while another reads output (see tls.py for why).
+The blocking one of the two places an exec websocket is opened (the other is its asyncio
+twin, `async_exec`, over aiohttp); nothing outside `openblox.transport` opens one. On
+wss:// it runs over `tls.DuplexTLSSocket`, so one thread may write stdin while another
+reads output (see tls.py for why).
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ import importlib
 from typing import cast
 
 from openblox.conformance.backend import Backend
-from openblox.conformance.kube import Kube
+from openblox.conformance.cluster_api import Kube
 from openblox.conformance.settings import Settings
 
 BUILT_IN = ("operator", "operator-raw-exec", "bare-runc")

@@ -15,8 +15,6 @@ import secrets
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from kubernetes.client.exceptions import ApiException
-
 from openblox import guest
 from openblox.conformance.backend import (
     BackendError,
@@ -27,9 +25,10 @@ from openblox.conformance.backend import (
     Handle,
     Limits,
 )
-from openblox.conformance.kube import Kube, message_of
+from openblox.conformance.cluster_api import Kube, message_of
 from openblox.conformance.settings import Settings
 from openblox.names import CONTAINER_NAME
+from openblox.transport import ApiError, path
 
 _FILE_HELPER = guest.source(guest.FILE_HELPER)
 
@@ -87,11 +86,11 @@ class BareRuncBackend:
             },
         }
         try:
-            self.kube.core.create_namespaced_pod(self.namespace, body)
+            self.kube.api.post(path(plural="pods", namespace=self.namespace), body)
             self.kube.wait_pod(self.namespace, name, self.settings.create_timeout)
-        except (ApiException, TimeoutError, RuntimeError) as error:
+        except (ApiError, TimeoutError, RuntimeError) as error:
             with contextlib.suppress(Exception):
-                self.kube.core.delete_namespaced_pod(name, self.namespace, grace_period_seconds=0)
+                self.kube.delete_pod_now(self.namespace, name)
             raise BackendError(message_of(error)) from error
         return Handle(
             name=name,
@@ -114,10 +113,8 @@ class BareRuncBackend:
         )
 
     def delete(self, handle: Handle) -> None:
-        with contextlib.suppress(ApiException):
-            self.kube.core.delete_namespaced_pod(
-                handle.name, self.namespace, grace_period_seconds=0
-            )
+        with contextlib.suppress(ApiError):
+            self.kube.delete_pod_now(self.namespace, handle.name)
 
     def exists(self, handle: Handle) -> bool:
         return self.kube.read_pod(self.namespace, handle.name) is not None

@@ -10,9 +10,8 @@ import contextlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from kubernetes.client.exceptions import ApiException
-
 from openblox.client import Client, OpenbloxClientError, Sandbox
+from openblox.client.cluster import sandboxes_path
 from openblox.conformance.backend import (
     BackendError,
     Capability,
@@ -22,18 +21,16 @@ from openblox.conformance.backend import (
     Handle,
     Limits,
 )
-from openblox.conformance.kube import Kube, kubeconfig_path
+from openblox.conformance.cluster_api import Kube, kubeconfig_path
 from openblox.conformance.settings import Settings
 from openblox.models.quantity import parse_quantity
 from openblox.names import (
-    GROUP,
     LABEL_NAMESPACE_OPT_IN,
     NAMESPACE_OPT_IN_VALUE,
     OPERATOR_NAMESPACE,
-    PLURAL,
     PROFILES_CONFIGMAP,
-    VERSION,
 )
+from openblox.transport import ApiError, is_not_found
 
 
 class OperatorBackend:
@@ -142,11 +139,11 @@ class OperatorBackend:
 
     def exists(self, handle: Handle) -> bool:
         try:
-            body = self.kube.custom.get_namespaced_custom_object(
-                GROUP, VERSION, handle.pod_namespace or self.namespace, PLURAL, handle.name
+            body = self.kube.api.get(
+                sandboxes_path(handle.pod_namespace or self.namespace, handle.name)
             )
-        except ApiException as error:
-            if error.status == 404:
+        except ApiError as error:
+            if is_not_found(error):
                 return False
             raise
         return not (body.get("metadata") or {}).get("deletionTimestamp")

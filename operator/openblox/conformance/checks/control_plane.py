@@ -11,13 +11,14 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from kubernetes.client.exceptions import ApiException
-
+from openblox.client.cluster import sandboxes_path
 from openblox.conformance.backend import ControlPlane
 from openblox.conformance.checks.registry import check
+from openblox.conformance.cluster_api import Kube, message_of
 from openblox.conformance.context import CannotRun, Context, Verdict, fail, ok
-from openblox.conformance.kube import Kube, message_of
-from openblox.names import GROUP, KIND, PLURAL, VERSION, ConditionType
+from openblox.names import GROUP, KIND, VERSION, ConditionType
+from openblox.transport import STRATEGIC_MERGE_PATCH, ApiError, path
+from openblox.transport.rest import JSON
 
 DRY = "All"
 
@@ -33,10 +34,8 @@ def identity(ctx: Context) -> Kube:
     below would prove nothing)."""
     who = ctx.probe_identity()
     try:
-        who.custom.list_namespaced_custom_object(
-            GROUP, VERSION, plane(ctx).sandbox_namespace, PLURAL
-        )
-    except ApiException as error:
+        who.api.get(sandboxes_path(plane(ctx).sandbox_namespace))
+    except ApiError as error:
         raise CannotRun(
             f"the probe identity cannot even list Sandboxes in its own namespace: "
             f"{message_of(error)}"
@@ -48,7 +47,7 @@ def attempt(what: str, call: Callable[[], Any]) -> tuple[str, bool, str]:
     """(what, refused, detail)."""
     try:
         call()
-    except ApiException as error:
+    except ApiError as error:
         return what, True, message_of(error)[:200]
     return what, False, "allowed"
 
@@ -68,17 +67,15 @@ def cannot_read_profiles(ctx: Context) -> Verdict:
         [
             attempt(
                 f"get configmap {p.operator_namespace}/{p.profiles_configmap}",
-                lambda: who.core.read_namespaced_config_map(
-                    p.profiles_configmap, p.operator_namespace
-                ),
+                lambda: who.api.get(_configmap(p.operator_namespace, p.profiles_configmap)),
             ),
             attempt(
                 f"list configmaps in {p.operator_namespace}",
-                lambda: who.core.list_namespaced_config_map(p.operator_namespace),
+                lambda: who.api.get(_configmap(p.operator_namespace)),
             ),
             attempt(
                 "list configmaps in all namespaces",
-                who.core.list_config_map_for_all_namespaces,
+                lambda: who.api.get(path(plural="configmaps")),
             ),
         ]
     )
@@ -92,34 +89,59 @@ def cannot_change_profiles(ctx: Context) -> Verdict:
         [
             attempt(
                 "patch the profiles",
-                lambda: who.core.patch_namespaced_config_map(
-                    p.profiles_configmap, p.operator_namespace, evil, dry_run=DRY
+                lambda: dry_run(
+                    who,
+                    "PATCH",
+                    _configmap(p.operator_namespace, p.profiles_configmap),
+                    evil,
+                    STRATEGIC_MERGE_PATCH,
                 ),
             ),
             attempt(
                 "delete the profiles",
-                lambda: who.core.delete_namespaced_config_map(
-                    p.profiles_configmap, p.operator_namespace, dry_run=DRY
+                lambda: dry_run(
+                    who, "DELETE", _configmap(p.operator_namespace, p.profiles_configmap)
                 ),
             ),
             attempt(
                 "create a configmap in the operator's namespace",
-                lambda: who.core.create_namespaced_config_map(
-                    p.operator_namespace,
+                lambda: dry_run(
+                    who,
+                    "POST",
+                    _configmap(p.operator_namespace),
                     {"metadata": {"name": "openblox-conformance-evil"}, "data": evil["data"]},
-                    dry_run=DRY,
                 ),
             ),
             attempt(
                 "patch the published admission parameters",
-                lambda: who.core.patch_namespaced_config_map(
-                    "openblox-profile-admission",
-                    p.operator_namespace,
+                lambda: dry_run(
+                    who,
+                    "PATCH",
+                    _configmap(p.operator_namespace, "openblox-profile-admission"),
                     {"data": {"evil": "*"}},
-                    dry_run=DRY,
+                    STRATEGIC_MERGE_PATCH,
                 ),
             ),
         ]
+    )
+
+
+def _configmap(namespace: str, name: str | None = None) -> str:
+    return path(plural="configmaps", namespace=namespace, name=name)
+
+
+def dry_run(
+    who: Kube,
+    method: str,
+    request_path: str,
+    body: Any = None,
+    content_type: str = JSON,
+    **params: str,
+) -> dict[str, Any]:
+    """`method` on `request_path` as a server-side dry run: admitted and authorized as the
+    real request would be, and nothing stored."""
+    return who.api.request(
+        method, request_path, body, params={"dryRun": DRY, **params}, content_type=content_type
     )
 
 
@@ -148,14 +170,12 @@ def sandbox_carries_nothing_else(ctx: Context) -> Verdict:
     name = ctx.token()
 
     def create(field_validation: str) -> Any:
-        return who.custom.create_namespaced_custom_object(
-            GROUP,
-            VERSION,
-            p.sandbox_namespace,
-            PLURAL,
+        return dry_run(
+            who,
+            "POST",
+            sandboxes_path(p.sandbox_namespace),
             sandbox_manifest(name, weakening),
-            dry_run=DRY,
-            field_validation=field_validation,
+            fieldValidation=field_validation,
         )
 
     attempts = []
@@ -174,7 +194,7 @@ def sandbox_carries_nothing_else(ctx: Context) -> Verdict:
                 f"stored spec keeps {kept}" if kept else "accepted with every such field pruned",
             )
         )
-    except ApiException as error:
+    except ApiError as error:
         attempts.append(("the same, unknown fields ignored", True, message_of(error)[:200]))
     return judge(attempts)
 
@@ -203,16 +223,14 @@ def profile_not_allowed(ctx: Context) -> Verdict:
         name = ctx.token()
 
         def create(ns: str = namespace, prof: str = profile, n: str = name) -> Any:
-            return who.custom.create_namespaced_custom_object(
-                GROUP, VERSION, ns, PLURAL, sandbox_manifest(n, {"profile": prof})
-            )
+            return who.api.post(sandboxes_path(ns), sandbox_manifest(n, {"profile": prof}))
 
         outcome = attempt(what, create)
         if not outcome[1]:
             # Allowed at the door: a Sandbox exists. See what it came to, then remove it.
             time.sleep(5)
             state = _ready(ctx.kube, namespace, name)
-            ctx.kube.custom.delete_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)
+            ctx.kube.api.delete(sandboxes_path(namespace, name))
             outcome = (what, False, f"accepted by the API server (then: {state})")
         attempts.append(outcome)
     return judge(attempts)
@@ -220,8 +238,8 @@ def profile_not_allowed(ctx: Context) -> Verdict:
 
 def _ready(kube: Kube, namespace: str, name: str) -> str:
     try:
-        body = kube.custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)
-    except ApiException as error:
+        body = kube.api.get(sandboxes_path(namespace, name))
+    except ApiError as error:
         return message_of(error)
     for condition in (body.get("status") or {}).get("conditions") or []:
         if condition.get("type") == ConditionType.READY:

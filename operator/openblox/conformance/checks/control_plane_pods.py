@@ -8,25 +8,24 @@ from __future__ import annotations
 
 from typing import Any
 
+from openblox.client.cluster import sandboxes_path
 from openblox.conformance.checks.control_plane import (
-    DRY,
     attempt,
+    dry_run,
     identity,
     judge,
     plane,
 )
 from openblox.conformance.checks.registry import check
+from openblox.conformance.cluster_api import Kube
 from openblox.conformance.context import CannotRun, Context, Verdict
-from openblox.conformance.kube import Kube
 from openblox.names import (
     CONTAINER_NAME,
-    GROUP,
     LABEL_PROFILE,
     LABEL_SANDBOX,
-    PLURAL,
     RUNTIME_CLASS_GVISOR,
-    VERSION,
 )
+from openblox.transport import STRATEGIC_MERGE_PATCH, path
 
 RESTRICTED = {
     "allowPrivilegeEscalation": False,
@@ -56,18 +55,20 @@ def cannot_create_sandbox_pods(ctx: Context) -> Verdict:
     attempts = [
         attempt(
             "probe identity creates a pod labelled as a sandbox",
-            lambda: who.core.create_namespaced_pod(
-                p.sandbox_namespace,
+            lambda: dry_run(
+                who,
+                "POST",
+                path(plural="pods", namespace=p.sandbox_namespace),
                 _fake_pod(p.sandbox_namespace, name, ctx.settings.image),
-                dry_run=DRY,
             ),
         ),
         attempt(
             "the suite's own identity (allowed to create pods) does the same",
-            lambda: ctx.kube.core.create_namespaced_pod(
-                p.sandbox_namespace,
+            lambda: dry_run(
+                ctx.kube,
+                "POST",
+                path(plural="pods", namespace=p.sandbox_namespace),
                 _fake_pod(p.sandbox_namespace, name, ctx.settings.image),
-                dry_run=DRY,
             ),
         ),
     ]
@@ -103,16 +104,18 @@ def cannot_change_sandbox_pods(ctx: Context) -> Verdict:
 def _pod_changes(
     api: Kube, who: str, *, pod: str, ns: str, relabel: dict[str, Any], debug: dict[str, Any]
 ) -> list[tuple[str, bool, str]]:
-    core = api.core
+    where = path(plural="pods", namespace=ns, name=pod)
     return [
         attempt(
             f"{who}: patch labels",
-            lambda: core.patch_namespaced_pod(pod, ns, relabel, dry_run=DRY),
+            lambda: dry_run(api, "PATCH", where, relabel, STRATEGIC_MERGE_PATCH),
         ),
-        attempt(f"{who}: delete", lambda: core.delete_namespaced_pod(pod, ns, dry_run=DRY)),
+        attempt(f"{who}: delete", lambda: dry_run(api, "DELETE", where)),
         attempt(
             f"{who}: add an ephemeral container",
-            lambda: core.patch_namespaced_pod_ephemeralcontainers(pod, ns, debug, dry_run=DRY),
+            lambda: dry_run(
+                api, "PATCH", f"{where}/ephemeralcontainers", debug, STRATEGIC_MERGE_PATCH
+            ),
         ),
     ]
 
@@ -143,15 +146,11 @@ def no_exec_across_namespaces(ctx: Context) -> Verdict:
             exec_attempt,
             attempt(
                 f"get Sandbox {p.other_namespace}/{other.name}",
-                lambda: who.custom.get_namespaced_custom_object(
-                    GROUP, VERSION, p.other_namespace, PLURAL, other.name
-                ),
+                lambda: who.api.get(sandboxes_path(p.other_namespace, other.name)),
             ),
             attempt(
                 f"delete Sandbox {p.other_namespace}/{other.name}",
-                lambda: who.custom.delete_namespaced_custom_object(
-                    GROUP, VERSION, p.other_namespace, PLURAL, other.name, dry_run=DRY
-                ),
+                lambda: dry_run(who, "DELETE", sandboxes_path(p.other_namespace, other.name)),
             ),
         ]
     finally:

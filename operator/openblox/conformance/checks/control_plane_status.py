@@ -9,20 +9,20 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from kubernetes.client.exceptions import ApiException
-
+from openblox.client.cluster import sandboxes_path
 from openblox.conformance.checks.control_plane import (
-    DRY,
     attempt,
+    dry_run,
     identity,
     judge,
     plane,
     sandbox_manifest,
 )
 from openblox.conformance.checks.registry import check
+from openblox.conformance.cluster_api import Kube, message_of
 from openblox.conformance.context import CannotRun, Context, Verdict, fail, ok
-from openblox.conformance.kube import Kube, message_of
-from openblox.names import GROUP, LABEL_SANDBOX, PLURAL, VERSION, ConditionType, Reason
+from openblox.names import LABEL_SANDBOX, ConditionType, Reason
+from openblox.transport import MERGE_PATCH, ApiError, path
 
 
 def _watch_sandbox(
@@ -32,7 +32,7 @@ def _watch_sandbox(
     deadline = time.monotonic() + seconds
     condition: dict[str, Any] = {}
     while time.monotonic() < deadline:
-        body = kube.custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)
+        body = kube.api.get(sandboxes_path(namespace, name))
         for c in (body.get("status") or {}).get("conditions") or []:
             if c.get("type") == ConditionType.READY:
                 condition = c
@@ -45,12 +45,9 @@ def _watch_sandbox(
         ):
             break
         time.sleep(1)
-    pods = [
-        kube.plain(item)
-        for item in kube.core.list_namespaced_pod(
-            namespace, label_selector=f"{LABEL_SANDBOX}={name}"
-        ).items
-    ]
+    pods: list[dict[str, Any]] = kube.api.get(
+        path(plural="pods", namespace=namespace), labelSelector=f"{LABEL_SANDBOX}={name}"
+    )["items"]
     return condition, pods
 
 
@@ -76,23 +73,17 @@ def fails_closed(ctx: Context) -> Verdict:
     name = ctx.token()
     kube = ctx.kube
     try:
-        kube.custom.create_namespaced_custom_object(
-            GROUP,
-            VERSION,
-            p.sandbox_namespace,
-            PLURAL,
-            sandbox_manifest(name, {"profile": profile}),
+        kube.api.post(
+            sandboxes_path(p.sandbox_namespace), sandbox_manifest(name, {"profile": profile})
         )
-    except ApiException as error:
+    except ApiError as error:
         raise CannotRun(
             f"could not create a Sandbox with {profile}: {message_of(error)}"
         ) from error
     try:
         condition, pods = _watch_sandbox(kube, p.sandbox_namespace, name, 60)
     finally:
-        kube.custom.delete_namespaced_custom_object(
-            GROUP, VERSION, p.sandbox_namespace, PLURAL, name
-        )
+        kube.api.delete(sandboxes_path(p.sandbox_namespace, name))
     reason, message = condition.get("reason"), str(condition.get("message", ""))[:200]
     running = [x for x in pods if (x.get("status") or {}).get("phase") == "Running"]
     text = f"profile {profile}: Ready {condition.get('status')} {reason}: {message}; " + _pods_text(
@@ -114,17 +105,13 @@ def cannot_lengthen_life(ctx: Context) -> Verdict:
     name = ctx.token()
     spec = {"profile": ctx.profile, "maxAgeSeconds": 10**9, "idleTimeoutSeconds": 10**9}
     try:
-        who.custom.create_namespaced_custom_object(
-            GROUP, VERSION, p.sandbox_namespace, PLURAL, sandbox_manifest(name, spec)
-        )
-    except ApiException as error:
+        who.api.post(sandboxes_path(p.sandbox_namespace), sandbox_manifest(name, spec))
+    except ApiError as error:
         return ok(f"refused at the door: {message_of(error)[:200]}")
     try:
         condition, pods = _watch_sandbox(ctx.kube, p.sandbox_namespace, name, 60)
     finally:
-        ctx.kube.custom.delete_namespaced_custom_object(
-            GROUP, VERSION, p.sandbox_namespace, PLURAL, name
-        )
+        ctx.kube.api.delete(sandboxes_path(p.sandbox_namespace, name))
     text = (
         f"maxAgeSeconds and idleTimeoutSeconds 10^9: Ready {condition.get('status')} "
         f"{condition.get('reason')}: {str(condition.get('message', ''))[:160]}; {_pods_text(pods)}"
@@ -143,8 +130,12 @@ def cannot_forge_status(ctx: Context) -> Verdict:
         [
             attempt(
                 "patch sandboxes/status",
-                lambda: who.custom.patch_namespaced_custom_object_status(
-                    GROUP, VERSION, p.sandbox_namespace, PLURAL, handle.name, forged, dry_run=DRY
+                lambda: dry_run(
+                    who,
+                    "PATCH",
+                    f"{sandboxes_path(p.sandbox_namespace, handle.name)}/status",
+                    forged,
+                    MERGE_PATCH,
                 ),
             ),
             _status_through_main(who, p.sandbox_namespace, handle.name, forged),
@@ -157,10 +148,8 @@ def _status_through_main(
 ) -> tuple[str, bool, str]:
     what = "patch status through the main resource"
     try:
-        stored = who.custom.patch_namespaced_custom_object(
-            GROUP, VERSION, namespace, PLURAL, name, forged, dry_run=DRY
-        )
-    except ApiException as error:
+        stored = dry_run(who, "PATCH", sandboxes_path(namespace, name), forged, MERGE_PATCH)
+    except ApiError as error:
         return what, True, message_of(error)[:200]
     boundary = (stored.get("status") or {}).get("boundary")
     if boundary == "kata":

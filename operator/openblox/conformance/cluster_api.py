@@ -2,28 +2,38 @@
 
 The suite talks to the API server as whoever runs it (a kubeconfig, or the Job's
 ServiceAccount) and, for the control-plane tier, as a second identity through
-impersonation. Raw exec here is plain `pods/exec` with no supervisor: it is how the suite
-drives its canaries and how the bare-runc adapter runs commands.
+impersonation. Every request goes through the project's one transport
+(`openblox.transport`: plain JSON in and out, its typed errors); raw exec here is plain
+`pods/exec` with no supervisor: it is how the suite drives its canaries and how the
+bare-runc adapter runs commands.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import threading
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from kubernetes import client as k8s
-from kubernetes.client.exceptions import ApiException
-
 from openblox.conformance.backend import ExecOutcome
-from openblox.kubernetes_configuration import kubernetes_configuration
 from openblox.names import GROUP
-from openblox.transport import ExecOutput, ExecSocket, ExecStreamError, Session
+from openblox.timestamps import parse_optional_timestamp
+from openblox.transport import (
+    Api,
+    ApiError,
+    ExecOutput,
+    ExecSocket,
+    ExecStreamError,
+    Session,
+    is_conflict,
+    is_not_found,
+    path,
+    status_of,
+)
 from openblox.transport.discovery import standard_credentials_exist
+from openblox.transport.errors import status_object
 
 # The embedded cluster's kubeconfig: used when nothing else is configured.
 EMBEDDED_KUBECONFIG = Path("/var/lib/openblox/cluster/admin.kubeconfig")
@@ -43,17 +53,10 @@ def kubeconfig_path(kubeconfig: str | None) -> str | None:
     return str(EMBEDDED_KUBECONFIG)
 
 
-def status_of(error: BaseException) -> int | None:
-    return error.status if isinstance(error, ApiException) else None
-
-
 def message_of(error: BaseException) -> str:
     """The API server's message for a refused request, else the exception text."""
-    if isinstance(error, ApiException):
-        try:
-            message = json.loads(error.body or "{}").get("message")
-        except ValueError:
-            message = None
+    if isinstance(error, ApiError):
+        message = status_object(error.body).get("message")
         return f"{error.status}: {message or error.reason}"
     return f"{type(error).__name__}: {error}"
 
@@ -80,15 +83,10 @@ class Kube:
 
     def __init__(self, session: Session, *, impersonate: str | None = None) -> None:
         self.session = session
-        self.configuration = kubernetes_configuration(session)
         self.impersonate = impersonate
-        self.api = k8s.ApiClient(self.configuration)
-        if impersonate:
-            self.api.set_default_header("Impersonate-User", impersonate)
-        self.core = k8s.CoreV1Api(self.api)
-        self.custom = k8s.CustomObjectsApi(self.api)
-        self.rbac = k8s.RbacAuthorizationV1Api(self.api)
-        self.discovery = k8s.DiscoveryV1Api(self.api)
+        self.api = Api(
+            session, extra_headers={"Impersonate-User": impersonate} if impersonate else None
+        )
 
     @classmethod
     def connect(cls, kubeconfig: str | None = None) -> Kube:
@@ -96,10 +94,6 @@ class Kube:
 
     def as_user(self, user: str) -> Kube:
         return Kube(self.session, impersonate=user)
-
-    def plain(self, obj: Any) -> dict[str, Any]:
-        result: dict[str, Any] = self.api.sanitize_for_serialization(obj)
-        return result
 
     # ------------------------------------------------------------------ namespaces
 
@@ -111,31 +105,43 @@ class Kube:
             }
         }
         try:
-            self.core.create_namespace(body)
-        except ApiException as error:
-            if error.status != 409:
+            self.api.post(path(plural="namespaces"), body)
+        except ApiError as error:
+            if not is_conflict(error):
                 raise
 
     def delete_namespace(self, name: str) -> None:
         try:
-            self.core.delete_namespace(name, propagation_policy="Background")
-        except ApiException as error:
-            if error.status != 404:
+            self.api.request(
+                "DELETE",
+                path(plural="namespaces", name=name),
+                params={"propagationPolicy": "Background"},
+            )
+        except ApiError as error:
+            if not is_not_found(error):
                 raise
 
     def leftover_namespaces(self) -> list[str]:
-        items = self.core.list_namespace(label_selector=SUITE_LABEL).items
-        return [item.metadata.name for item in items]
+        items = self.api.get(path(plural="namespaces"), labelSelector=SUITE_LABEL)["items"]
+        return [item["metadata"]["name"] for item in items]
 
     # ------------------------------------------------------------------ pods
 
     def read_pod(self, namespace: str, name: str) -> dict[str, Any] | None:
         try:
-            return self.plain(self.core.read_namespaced_pod(name, namespace))
-        except ApiException as error:
-            if error.status == 404:
+            return self.api.get(path(plural="pods", namespace=namespace, name=name))
+        except ApiError as error:
+            if is_not_found(error):
                 return None
             raise
+
+    def delete_pod_now(self, namespace: str, name: str) -> None:
+        """Delete a pod with no grace period."""
+        self.api.request(
+            "DELETE",
+            path(plural="pods", namespace=namespace, name=name),
+            params={"gracePeriodSeconds": 0},
+        )
 
     def wait_pod(
         self, namespace: str, name: str, timeout: float, *, ready: bool = True
@@ -172,37 +178,31 @@ class Kube:
 
     def _log_tail(self, namespace: str, name: str, container: str, lines: int = 10) -> str:
         try:
-            text = self.core.read_namespaced_pod_log(
-                name, namespace, container=container, tail_lines=lines
+            text = self.api.text(
+                path(plural="pods", namespace=namespace, name=name, subresource="log"),
+                container=container,
+                tailLines=lines,
             )
-        except ApiException as error:
+        except ApiError as error:
             return f"{container} log unavailable ({error.status})"
-        text = str(text or "").strip()
+        text = text.strip()
         return f"{container} log tail: {text[-1500:]!r}" if text else f"{container} logged nothing"
 
     def _events_of(self, namespace: str, name: str, most: int = 8) -> str:
         try:
-            events = self.core.list_namespaced_event(
-                namespace, field_selector=f"involvedObject.name={name}"
-            ).items
-        except ApiException as error:
+            events: list[dict[str, Any]] = self.api.get(
+                path(plural="events", namespace=namespace),
+                fieldSelector=f"involvedObject.name={name}",
+            )["items"]
+        except ApiError as error:
             return f"events unavailable ({error.status})"
-        if not events:
-            return "no events"
-        events.sort(key=_event_time)
-        described = [
-            f"{e.type} {e.reason}"
-            + (f" x{e.count}" if (e.count or 1) > 1 else "")
-            + f": {(e.message or '').strip()[:300]}"
-            for e in events[-most:]
-        ]
-        return "events: " + " | ".join(described)
+        return describe_events(events, most)
 
     def node(self, name: str) -> dict[str, Any] | None:
         try:
-            return self.plain(self.core.read_node(name))
-        except ApiException as error:
-            if error.status in (403, 404):
+            return self.api.get(path(plural="nodes", name=name))
+        except ApiError as error:
+            if status_of(error) in (403, 404):
                 return None
             raise
 
@@ -272,9 +272,31 @@ def _send(socket: ExecSocket, data: bytes) -> None:
         socket.close_stdin()
 
 
-def _event_time(event: Any) -> str:
-    moment = event.last_timestamp or event.event_time or event.metadata.creation_timestamp
-    return moment.isoformat() if moment else ""
+def describe_events(events: Sequence[Mapping[str, Any]], most: int = 8) -> str:
+    """The last `most` Events, oldest first, each as type, reason, count and message."""
+    if not events:
+        return "no events"
+    described = [
+        f"{e.get('type')} {e.get('reason')}"
+        + (f" x{e.get('count')}" if (e.get("count") or 1) > 1 else "")
+        + f": {(e.get('message') or '').strip()[:300]}"
+        for e in sorted(events, key=_event_time)[-most:]
+    ]
+    return "events: " + " | ".join(described)
+
+
+def _event_time(event: Mapping[str, Any]) -> str:
+    """When an Event last happened (its lastTimestamp, else its eventTime, else when it was
+    made), in one format so that the three sort together; "" when it names none."""
+    for stamp in (
+        event.get("lastTimestamp"),
+        event.get("eventTime"),
+        (event.get("metadata") or {}).get("creationTimestamp"),
+    ):
+        moment = parse_optional_timestamp(stamp)
+        if moment is not None:
+            return moment.isoformat()
+    return ""
 
 
 def _pod_ready(status: Mapping[str, Any]) -> bool:

@@ -1,7 +1,7 @@
-"""The transport's credentials as a `kubernetes.client.Configuration`, for the code that
-still calls the API through the `kubernetes` package (the conformance suite's typed API
-calls, the benchmarks). Credentials are found only by `openblox.transport`; this turns
-what it found into the package's settings, and reads no kubeconfig itself.
+"""The transport's credentials as a `kubernetes.client.Configuration`, for the benchmarks'
+calls through the `kubernetes` package (the `bench` extra installs it; the shipped
+package does not import it, ADR 0018). Credentials are found only by `openblox.transport`;
+this turns what it found into the package's settings, and reads no kubeconfig itself.
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ import threading
 import time
 import uuid
 from collections import defaultdict
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
@@ -22,8 +22,8 @@ from kubernetes.client.exceptions import ApiException
 from kubernetes.watch.watch import iter_resp_lines
 
 from bench import env, page_share, procs
+from bench.kubernetes_configuration import kubernetes_configuration
 from openblox.builders.pod import build_pod
-from openblox.kubernetes_configuration import kubernetes_configuration
 from openblox.models import Sandbox, SandboxSpec, parse_profile
 from openblox.names import (
     GROUP,
@@ -406,16 +406,6 @@ class WatchRecorder:
 
 
 # --------------------------------------------------------------------------- profiles
-
-
-@contextlib.contextmanager
-def bench_profiles(kube: Kube, notes: list[str]) -> Iterator[None]:
-    """Adds the benchmark's profiles to openblox-profiles, and removes them afterwards."""
-    ensure_bench_profiles(kube)
-    try:
-        yield
-    finally:
-        remove_bench_profiles(kube, notes)
 
 
 def ensure_bench_profiles(kube: Kube, timeout: float = 90) -> None:
