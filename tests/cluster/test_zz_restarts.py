@@ -167,18 +167,30 @@ def _all_there_and_ready_again(kube: Kube, made: Made, since: float) -> None:
     assert kube.get("configmap", "mine", made.namespace)["data"] == made.config
     profiles = kube.get("configmap", "openblox-profiles", "openblox-system")["data"]
     assert made.profile in profiles
-    pod = wait_for(
-        "the Sandbox Ready again in a pod started since the restart",
-        lambda: _started_since(kube, made.namespace, since),
+    # Its pod died with the node's processes: it was replaced, and what lived in its
+    # memory-backed /workspace went with it (docs/production.md, "Restarts"). The kubelet
+    # may first start the old pod again in place, which the operator then replaces under
+    # the same name: an exec that finds no pod asks again.
+    found = wait_for(
+        "the Sandbox Ready again in a pod started since the restart, answering an exec",
+        lambda: _workspace_file(kube, made.namespace, since),
         300,
         every=2,
     )
+    assert found.returncode != 0 and "No such file" in found.stderr, found
     body = get_sandbox(kube, "kept", made.namespace) or {}
     assert body["metadata"]["uid"] == made.sandbox_uid, "the Sandbox was made again, not kept"
-    # Its pod died with the node's processes: it was replaced, and what lived in its
-    # memory-backed /workspace went with it (docs/production.md, "Restarts").
-    found = kube.exec(pod, made.namespace, "cat", "/workspace/file", container="sandbox")
-    assert found.returncode != 0 and "No such file" in found.stderr, found
+
+
+def _workspace_file(
+    kube: Kube, namespace: str, since: float
+) -> subprocess.CompletedProcess[str] | None:
+    pod = _started_since(kube, namespace, since)
+    if pod is None:
+        return None
+    found = kube.exec(pod, namespace, "cat", "/workspace/file", container="sandbox")
+    gone = "pod does not exist" in found.stderr or "not found" in found.stderr
+    return None if found.returncode != 0 and gone else found
 
 
 def _wait_for_the_api(kube: Kube) -> None:
