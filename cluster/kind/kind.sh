@@ -93,6 +93,11 @@ networking:
   # Apart from the embedded cluster's ranges, so a reader never confuses the two.
   podSubnet: 10.248.0.0/16
   serviceSubnet: 10.97.0.0/16
+# Kubernetes 1.36 and 1.37 charge a RuntimeClass's overhead twice once this gate's pod
+# status is written (kubernetes/kubernetes#139627); off on every component, as on the
+# embedded node (docs/adr/0016).
+featureGates:
+  InPlacePodLevelResourcesVerticalScaling: false
 kubeadmConfigPatches:
 # Every image is built here and preloaded under openblox.local (cluster/images).
 - |

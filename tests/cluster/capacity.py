@@ -58,7 +58,13 @@ def _resource_list(values: Mapping[str, Any] | None) -> Requests:
 
 
 def pod_requests(pod: Mapping[str, Any]) -> Requests:
-    """What the scheduler charges a node for this pod (its effective requests)."""
+    """What the scheduler charges a node for this pod (its effective requests).
+
+    Where the kubelet wrote the pod-level status of Kubernetes 1.36+ (the gate
+    InPlacePodLevelResourcesVerticalScaling on), the scheduler takes the larger of that
+    status and the spec, and adds the overhead again although the status holds it
+    (kubernetes/kubernetes#139627): counted here the same way, so room is never promised
+    that the scheduler does not see."""
     spec = pod.get("spec") or {}
     total = Requests()
     for container in spec.get("containers") or []:
@@ -68,6 +74,15 @@ def pod_requests(pod: Mapping[str, Any]) -> Requests:
         total = Requests(
             max(total.cpu_millis, init.cpu_millis), max(total.memory_bytes, init.memory_bytes)
         )
+    status = pod.get("status") or {}
+    allocated = status.get("allocatedResources")
+    actuated = (status.get("resources") or {}).get("requests")
+    if allocated and actuated:
+        for held in (_resource_list(allocated), _resource_list(actuated)):
+            total = Requests(
+                max(total.cpu_millis, held.cpu_millis),
+                max(total.memory_bytes, held.memory_bytes),
+            )
     return total + _resource_list(spec.get("overhead"))
 
 
