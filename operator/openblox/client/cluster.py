@@ -116,12 +116,13 @@ def open_exec(
     except ExecStreamError as error:
         if error.status_code == 404:
             raise SandboxGone(f"sandbox pod {namespace}/{pod} does not exist") from error
-        # A pod being deleted may refuse with the runtime's own words (containerd 2:
-        # 500 "container not found") before the API server forgets it: ask the API.
-        body = None if error.status_code is None else (yield from read_pod(namespace, pod))
-        if error.status_code is not None and (body is None or _ending(body)):
-            state = "does not exist" if body is None else "is being deleted"
-            raise SandboxGone(f"sandbox pod {namespace}/{pod} {state} ({error})") from error
+        if error.status_code is not None:
+            # A pod being deleted may refuse with the runtime's own words (containerd 2:
+            # 500 "container not found") before the API server forgets it: ask the API.
+            body = yield from read_pod(namespace, pod)
+            if body is None or _ending(body):
+                state = "does not exist" if body is None else "is being deleted"
+                raise SandboxGone(f"sandbox pod {namespace}/{pod} {state} ({error})") from error
         raise ExecTransportError(str(error), error.status_code) from error
     return socket
 
