@@ -219,7 +219,7 @@ check_containerd() {
 FEATURE_GATES=InPlacePodLevelResourcesVerticalScaling=false
 
 gate_yaml() {
-  local gate out=()
+  local gate gates out=()
   IFS=, read -r -a gates <<<"$FEATURE_GATES"
   for gate in "${gates[@]}"; do out+=("${gate%%=*}: ${gate#*=}"); done
   local IFS=,
