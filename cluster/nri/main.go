@@ -4,7 +4,8 @@
 // Kubernetes mounts emptyDirs without noexec and has no field for it, gVisor turns the
 // /dev/shm that containerd provides into a tmpfs sized from the node's memory, and
 // Kubernetes has no field for RLIMIT_NPROC. For the container named "sandbox" in a pod
-// labelled openblox.sh/sandbox, this plugin:
+// that carries the openblox.sh/sandbox label, with any value (a warm pool pod's is empty
+// until a Sandbox claims it, and it is handed out with what it started with), this plugin:
 //   - adds noexec, nosuid and nodev to the /tmp, /workspace and /run/openblox mounts;
 //   - replaces /dev/shm with a tmpfs of at most 64 MiB (no larger than /tmp), noexec,
 //     nosuid and nodev, which runsc mounts inside the Sentry with that size;
@@ -48,7 +49,7 @@ type plugin struct{}
 func (plugin) CreateContainer(
 	_ context.Context, pod *api.PodSandbox, ctr *api.Container,
 ) (*api.ContainerAdjustment, []*api.ContainerUpdate, error) {
-	if pod.GetLabels()[sandboxLabel] == "" || ctr.GetName() != containerName {
+	if _, labelled := pod.GetLabels()[sandboxLabel]; !labelled || ctr.GetName() != containerName {
 		return nil, nil, nil
 	}
 	processes, err := processCap(pod.GetAnnotations())

@@ -79,3 +79,29 @@ func TestASandboxContainerGetsTheRlimitAndOthersAreUntouched(t *testing.T) {
 		t.Error("a bad annotation did not stop the container")
 	}
 }
+
+// A warm pool pod carries the label with no value until a Sandbox claims it, and is handed
+// out as it started: it gets everything a cold one gets.
+func TestAWarmPoolPodIsAdjustedLikeAColdOne(t *testing.T) {
+	pod := &api.PodSandbox{
+		Labels:      map[string]string{sandboxLabel: ""},
+		Annotations: map[string]string{processesAnnotation: "64"},
+	}
+	mounts := []*api.Mount{{Destination: "/tmp", Type: "bind", Source: "/x", Options: []string{"rbind", "rw"}}}
+	adjust, _, err := plugin{}.CreateContainer(context.Background(), pod, &api.Container{Name: containerName, Mounts: mounts})
+	if err != nil || adjust == nil {
+		t.Fatalf("a pool pod was not adjusted: %+v, %v", adjust, err)
+	}
+	if limits := adjust.GetRlimits(); len(limits) != 1 || limits[0].Hard != 64 {
+		t.Errorf("rlimits: %+v", limits)
+	}
+	found := false
+	for _, m := range adjust.GetMounts() {
+		if m.Destination == "/tmp" {
+			found = slices.Contains(m.Options, "noexec")
+		}
+	}
+	if !found {
+		t.Errorf("the pool pod's /tmp is not noexec: %+v", adjust.GetMounts())
+	}
+}
