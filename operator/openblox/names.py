@@ -109,6 +109,7 @@ class Reason(StrEnum):
     RUNTIME_NOT_CHECKED = "RuntimeNotChecked"
     RUNTIME_UNAVAILABLE = "RuntimeUnavailable"
     BOUNDARY_MISMATCH = "BoundaryMismatch"
+    NODE_NOT_PREPARED = "NodeNotPrepared"
 
     POD_NOT_CREATED = "PodNotCreated"
     POD_PENDING = "PodPending"

@@ -8,6 +8,7 @@ import pytest
 
 from openblox.controller.boundary import probe_script
 from openblox.models.boundary import classify_boundary
+from openblox.models.node_preparation import split_probe_output
 
 NODE = "6.18.44-fc-v669"
 KERNEL_LOG = "[    0.000000] Linux version 6.1.62 (guest)"
@@ -16,13 +17,17 @@ KERNEL_LOG = "[    0.000000] Linux version 6.1.62 (guest)"
 def _run(tmp_path: Path, proc_version: str) -> str:
     version = tmp_path / "version"
     version.write_text(proc_version + "\n")
+    proc = tmp_path / "proc"
+    for part in ("self/mountinfo", "self/limits", "net/dev"):
+        (proc / part).parent.mkdir(parents=True, exist_ok=True)
+        (proc / part).write_text("")
     fake = tmp_path / "bin"
     fake.mkdir()
     dmesg = fake / "dmesg"
     dmesg.write_text(f"#!/bin/sh\necho '{KERNEL_LOG}'\n")
     dmesg.chmod(0o755)
     return subprocess.run(
-        ["/bin/sh", "-c", probe_script(str(version))],
+        ["/bin/sh", "-c", probe_script(str(version), str(proc))],
         capture_output=True,
         text=True,
         check=True,
@@ -31,9 +36,8 @@ def _run(tmp_path: Path, proc_version: str) -> str:
 
 
 def _verdict(output: str) -> str | None:
-    release, _, rest = output.partition("---")
-    version, _, kernel_log = rest.partition("---")
-    return classify_boundary(release, kernel_log, NODE, version)
+    report = split_probe_output(output)
+    return classify_boundary(report.release, report.kernel_log, NODE, report.version)
 
 
 @pytest.mark.parametrize(

@@ -35,6 +35,7 @@ NOT_NAMES_PY = {
     ("controller/pod_boundaries.py", "gvisor"): "a Boundary value",
     ("controller/pod_boundaries.py", "kata"): "a Boundary value",
     ("pool/plan.py", "gvisor"): "a Boundary value",
+    ("models/node_preparation.py", "gvisor"): "a Boundary value",
     ("pool/plan.py", "kata"): "a Boundary value",
     ("conformance/checks/control_plane_status.py", "kata"): "the Boundary a forger writes",
     ("controller/handlers.py", "sandbox"): "what triggered a reconcile, for its log",

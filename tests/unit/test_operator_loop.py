@@ -16,6 +16,7 @@ import pytest
 
 from openblox.builders.pod import pod_name
 from openblox.controller import metrics
+from openblox.controller.boundary import ProbeVerdict
 from openblox.controller.deadlines import Deadlines
 from openblox.controller.events import EventRecorder
 from openblox.controller.kube import ApiError, path
@@ -30,6 +31,7 @@ from openblox.controller.requeue import MAX_DELAY_SECONDS, Requeue, Resyncs
 from openblox.controller.runtime_checks import RuntimeChecks
 from openblox.controller.sandbox_cache import SandboxCache
 from openblox.controller.sandbox_pods import SandboxPods
+from openblox.controller.unprepared_nodes import UnpreparedNodes
 from openblox.controller.watched import NEGATIVE_TTL_SECONDS, Watched, slim_pod
 from openblox.models import Sandbox, parse_sandbox
 from tests.unit.factories import DEFAULT_PROFILE_YAML, SANDBOX_UID, sandbox_body
@@ -135,6 +137,7 @@ def _operator(
         runtimes=RuntimeChecks(kube, watched, network_policy_enforced=False),  # type: ignore[arg-type]
         pods=SandboxPods(kube, watched, claimer=claimer, sole_hand_out=sole_hand_out),  # type: ignore[arg-type]
         boundaries=boundaries,
+        unprepared=UnpreparedNodes(),
         cache=cache,
         requeue=requeue,
         deadlines=Deadlines(),
@@ -626,7 +629,9 @@ def test_a_pod_whose_node_stopped_answering_is_not_probed(monkeypatch: pytest.Mo
 
     probed: list[str] = []
     monkeypatch.setattr(
-        pod_boundaries, "probe_boundary", lambda _kube, _ns, name, _kernel: probed.append(name)
+        pod_boundaries,
+        "probe_boundary",
+        lambda _kube, _ns, name, _kernel, _needs: probed.append(name),
     )
     kube, reconciler, watched, cache = _watched_operator()
     kube.objects["/api/v1/nodes/worker"] = {"status": {"nodeInfo": {"kernelVersion": "6.1.0"}}}
@@ -650,9 +655,9 @@ def test_a_probed_pod_carries_its_boundary_so_the_next_leader_does_not_probe_it(
 
     probed: list[str] = []
 
-    def probe(_kube: Any, _namespace: str, name: str, _kernel: str) -> str:
+    def probe(_kube: Any, _namespace: str, name: str, _kernel: str, _needs: object) -> ProbeVerdict:
         probed.append(name)
-        return "gvisor"
+        return ProbeVerdict("gvisor")
 
     monkeypatch.setattr(pod_boundaries, "probe_boundary", probe)
     kube, reconciler, watched, cache = _watched_operator()
@@ -698,9 +703,9 @@ def test_a_pod_stays_sealed_until_its_boundary_record_lands(
 
     probed: list[str] = []
 
-    def probe(_kube: Any, _namespace: str, name: str, _kernel: str) -> str:
+    def probe(_kube: Any, _namespace: str, name: str, _kernel: str, _needs: object) -> ProbeVerdict:
         probed.append(name)
-        return "gvisor"
+        return ProbeVerdict("gvisor")
 
     monkeypatch.setattr(pod_boundaries, "probe_boundary", probe)
     kube, reconciler, watched, cache = _watched_operator()

@@ -21,6 +21,7 @@ from openblox.controller.pool_keeper import PoolKeeper
 from openblox.controller.pool_store import PoolStore
 from openblox.controller.reconcile import Reconciler
 from openblox.controller.runtime_checks import RuntimeChecks
+from openblox.controller.unprepared_nodes import UnpreparedNodes
 from openblox.controller.watched import Watched
 from openblox.models import Sandbox
 from openblox.models.pool import Pool
@@ -386,6 +387,7 @@ def test_the_keeper_never_deletes_a_pool_pod_handed_out_since_its_watch_showed_i
         namespaces=Namespaces(server, watched),  # type: ignore[arg-type]
         runtimes=RuntimeChecks(server, watched, network_policy_enforced=False),  # type: ignore[arg-type]
         boundaries=reconciler._boundaries,
+        unprepared=UnpreparedNodes(),
         held=lambda: True,
     )
     keeper._listed = True  # the watch has shown every pool pod

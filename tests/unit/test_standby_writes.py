@@ -17,6 +17,7 @@ from openblox.controller.pool_keeper import PoolKeeper
 from openblox.controller.pool_store import PoolStore
 from openblox.controller.profile_store import ProfileStore
 from openblox.controller.profile_watch import ProfileWatcher
+from openblox.controller.unprepared_nodes import UnpreparedNodes
 
 BROKEN = {
     "metadata": {"name": "openblox-pools", "namespace": "openblox-system", "uid": "cm-uid"},
@@ -88,6 +89,7 @@ def test_the_keeper_of_a_standby_sends_no_request_at_all() -> None:
         namespaces=untouched,
         runtimes=untouched,
         boundaries=untouched,
+        unprepared=UnpreparedNodes(),
         held=lambda: False,
         interval_seconds=0.01,
     )
@@ -108,6 +110,7 @@ def test_a_pass_that_loses_the_lease_midway_stands_by_quietly(
         namespaces=untouched,
         runtimes=untouched,
         boundaries=untouched,
+        unprepared=UnpreparedNodes(),
         held=lambda: True,
         interval_seconds=0.01,
     )

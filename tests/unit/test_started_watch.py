@@ -10,6 +10,7 @@ import pytest
 
 from openblox.builders.pod import pod_name
 from openblox.controller import pod_boundaries
+from openblox.controller.boundary import ProbeVerdict
 from openblox.controller.started_watch import STARTED_FIELD_PATH, started_pod
 from openblox.controller.watched import Watched
 from tests.unit.factories import SANDBOX_UID
@@ -70,9 +71,9 @@ def test_the_probe_runs_once_the_container_started_and_ready_waits_for_the_pod(
 ) -> None:
     probes: list[str] = []
 
-    def probe(_kube: object, namespace: str, pod: str, _node: str) -> str:
+    def probe(_kube: object, namespace: str, pod: str, _node: str, _needs: object) -> ProbeVerdict:
         probes.append(f"{namespace}/{pod}")
-        return "gvisor"
+        return ProbeVerdict("gvisor")
 
     monkeypatch.setattr(pod_boundaries, "probe_boundary", probe)
     kube, reconciler, watched, cache = _watched_operator()
@@ -100,9 +101,14 @@ def test_the_probe_runs_once_the_container_started_and_ready_waits_for_the_pod(
 def test_an_early_probe_that_fails_decides_nothing_and_the_ready_pod_is_probed_again(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    answers: list[str | Exception] = [ConnectionError("container not running yet"), "gvisor"]
+    answers: list[ProbeVerdict | Exception] = [
+        ConnectionError("container not running yet"),
+        ProbeVerdict("gvisor"),
+    ]
 
-    def probe(_kube: object, _namespace: str, _pod: str, _node: str) -> str:
+    def probe(
+        _kube: object, _namespace: str, _pod: str, _node: str, _needs: object
+    ) -> ProbeVerdict:
         answer = answers.pop(0)
         if isinstance(answer, Exception):
             raise answer

@@ -212,6 +212,9 @@ class Observation:
     expected_boundary: Boundary | None = None
     """What the profile claims; None makes no claim (an unsafe profile's runtime)."""
     observed_boundary: Boundary | None = None
+    node_not_prepared: str | None = None
+    """Set while the Sandbox waits for a pod because its last one's node did not give it
+    what a sandbox needs (the message names the node and what it lacked)."""
     denials: tuple[Denial, ...] = ()
     """Policies seen in force in this reconcile (an OOM-killed pod, an expiry), oldest first."""
 
@@ -276,6 +279,8 @@ def _runtime_available(observation: Observation) -> _Verdict:
             Reason.BOUNDARY_MISMATCH,
             f"the profile claims the {expected} boundary but the pod runs behind {observed}",
         )
+    if observation.node_not_prepared is not None:
+        return _Verdict(kind, "False", Reason.NODE_NOT_PREPARED, observation.node_not_prepared)
     if observation.runtime_available is False:
         message = observation.runtime_message or "the profile's RuntimeClass is not available"
         return _Verdict(kind, "False", Reason.RUNTIME_UNAVAILABLE, message)

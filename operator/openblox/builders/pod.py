@@ -160,9 +160,16 @@ KUBELET_SERVICE_VARIABLES = (
 NODE_LOSS_TOLERATION_SECONDS = 10
 
 
-def build_pod(sandbox: Sandbox, profile: Profile, *, now: datetime) -> dict[str, Any]:
+def build_pod(
+    sandbox: Sandbox,
+    profile: Profile,
+    *,
+    now: datetime,
+    avoid_nodes: frozenset[str] = frozenset(),
+) -> dict[str, Any]:
     """The complete Pod manifest for a pod made at `now`; raises LifetimeTooLong if the
-    Sandbox outlives its profile."""
+    Sandbox outlives its profile. `avoid_nodes` are nodes lately found not prepared for
+    sandboxes: the scheduler prefers any other."""
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -182,6 +189,7 @@ def build_pod(sandbox: Sandbox, profile: Profile, *, now: datetime) -> dict[str,
             active_deadline_seconds=remaining_max_age_seconds(
                 sandbox, effective_lifetime(sandbox, profile), now
             ),
+            avoid_nodes=avoid_nodes,
         ),
     }
 
@@ -193,7 +201,13 @@ def pool_pod_name(pool: Pool, suffix: str) -> str:
     return f"{pool.name}.{suffix}"
 
 
-def build_pool_pod(pool: Pool, namespace: str, profile: Profile, suffix: str) -> dict[str, Any]:
+def build_pool_pod(
+    pool: Pool,
+    namespace: str,
+    profile: Profile,
+    suffix: str,
+    avoid_nodes: frozenset[str] = frozenset(),
+) -> dict[str, Any]:
     """A warm pod: the same spec a cold one gets from this profile, waiting for a Sandbox.
 
     It carries the sandbox label with an empty value, so the pod admission policy and
@@ -214,7 +228,9 @@ def build_pool_pod(pool: Pool, namespace: str, profile: Profile, suffix: str) ->
             },
             "annotations": pod_annotations(profile),
         },
-        "spec": _pod_spec(profile, hostname=pool.name, active_deadline_seconds=None),
+        "spec": _pod_spec(
+            profile, hostname=pool.name, active_deadline_seconds=None, avoid_nodes=avoid_nodes
+        ),
     }
 
 
@@ -246,7 +262,11 @@ def claim_patch(
 
 
 def _pod_spec(
-    profile: Profile, *, hostname: str, active_deadline_seconds: int | None
+    profile: Profile,
+    *,
+    hostname: str,
+    active_deadline_seconds: int | None,
+    avoid_nodes: frozenset[str] = frozenset(),
 ) -> dict[str, Any]:
     resources = profile.resources
     limits = {
@@ -263,6 +283,28 @@ def _pod_spec(
     }
     if active_deadline_seconds is not None:
         spec["activeDeadlineSeconds"] = active_deadline_seconds
+    if avoid_nodes:
+        # Preferred, not required: where no other node can take it, the pod goes back to
+        # one of them (and is refused there again, after a hold) instead of staying
+        # Unschedulable once the node is fixed.
+        spec["affinity"] = {
+            "nodeAffinity": {
+                "preferredDuringSchedulingIgnoredDuringExecution": [
+                    {
+                        "weight": 100,
+                        "preference": {
+                            "matchFields": [
+                                {
+                                    "key": "metadata.name",
+                                    "operator": "NotIn",
+                                    "values": sorted(avoid_nodes),
+                                }
+                            ]
+                        },
+                    }
+                ]
+            }
+        }
     spec.update(
         {
             "terminationGracePeriodSeconds": 1,

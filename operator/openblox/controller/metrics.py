@@ -27,6 +27,10 @@ REAP_ERRORS = Counter(
     "openblox_reap_errors_total",
     "Sandboxes whose reaping failed in a pass (each is tried again; the pass goes on).",
 )
+NODES_NOT_PREPARED = Counter(
+    "openblox_pods_on_unprepared_nodes_total",
+    "Sandbox and pool pods deleted because their node did not give them what a sandbox needs.",
+)
 RECONCILE_ERRORS = Counter(
     "openblox_reconcile_errors_total", "Reconciles that ended in an unexpected error."
 )

@@ -18,6 +18,7 @@ from openblox.controller.boundary import probe_boundary
 from openblox.controller.kube import Kube, is_conflict, is_not_found, path
 from openblox.controller.requeue import Requeue
 from openblox.controller.watched import Watched
+from openblox.models.node_preparation import requirements_of
 from openblox.models.profile import Boundary
 from openblox.names import ANNOTATION_BOUNDARY, LABEL_UNVERIFIED
 
@@ -34,20 +35,34 @@ class PodBoundaries:
         self._requeue = requeue
         # Pod uid -> boundary seen inside it.
         self._seen: dict[str, Boundary] = {}
+        # Pod uid -> what its node failed to give it; such a pod is never verified.
+        self._unprepared: dict[str, tuple[str, ...]] = {}
         self._node_kernels: dict[str, str] = {}
 
     def of(self, pod_uid: str) -> Boundary | None:
-        """What the boundary probe saw in this pod (None: not probed yet)."""
+        """What the boundary probe saw in this pod (None: not probed yet, or its node did
+        not give it what a sandbox needs: such a pod is never handed out)."""
         return self._seen.get(pod_uid)
+
+    def unmet(self, pod_uid: str) -> tuple[str, ...]:
+        """What the probe found the pod's node failed to give it (empty: nothing, or not
+        probed yet)."""
+        return self._unprepared.get(pod_uid, ())
 
     def forget(self, pod_uid: str) -> None:
         self._seen.pop(pod_uid, None)
+        self._unprepared.pop(pod_uid, None)
 
     def observe(
-        self, key: tuple[str, str] | None, pod: Mapping[str, Any], state: PodState
+        self,
+        key: tuple[str, str] | None,
+        pod: Mapping[str, Any],
+        state: PodState,
+        expected: Boundary | None,
     ) -> Boundary | None:
         """The probed boundary of the pod; an inconclusive probe requeues the Sandbox `key`
-        (None, for a pool pod no Sandbox holds yet: its keeper looks again)."""
+        (None, for a pool pod no Sandbox holds yet: its keeper looks again). A pod whose
+        node did not prepare it has no boundary here (see `unmet`)."""
         uid = pod["metadata"]["uid"]
         # The probe needs a running container, not the kubelet's report of it: the
         # `Started` Event comes up to a relist (a second) before the pod reads Ready.
@@ -59,6 +74,8 @@ class PodBoundaries:
             # A warm pod's probe ran before its hand-out, perhaps in an earlier operator;
             # only the operator may write a sandbox pod, so the record is its own.
             self._seen[uid] = recorded
+        if uid in self._unprepared:
+            return None
         if uid not in self._seen:
             node = pod["spec"].get("nodeName")
             try:
@@ -67,6 +84,7 @@ class PodBoundaries:
                     pod["metadata"]["namespace"],
                     pod["metadata"]["name"],
                     self._node_kernel(node),
+                    requirements_of(pod, expected),
                 )
             except Exception:
                 if not early:
@@ -81,7 +99,10 @@ class PodBoundaries:
                 if key is not None:
                     self._requeue.after(key, PROBE_RETRY_SECONDS)
                 return None
-            self._seen[uid] = observed
+            if observed.unmet:
+                self._unprepared[uid] = observed.unmet
+                return None
+            self._seen[uid] = observed.boundary
         boundary = self._seen[uid]
         sealed = LABEL_UNVERIFIED in (pod["metadata"].get("labels") or {})
         if key is not None and boundary in ("gvisor", "kata") and (recorded != boundary or sealed):

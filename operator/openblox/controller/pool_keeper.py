@@ -20,10 +20,12 @@ import time
 from collections import defaultdict
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime
 from typing import Any
 
 from openblox.builders.conditions import PodState
 from openblox.builders.pod import build_pool_pod
+from openblox.controller import metrics
 from openblox.controller.election import NotLeader
 from openblox.controller.kube import (
     Kube,
@@ -39,6 +41,7 @@ from openblox.controller.pool_store import PoolStore
 from openblox.controller.profile_store import ProfileStore
 from openblox.controller.runtime_checks import RuntimeChecks
 from openblox.controller.sandbox_pods import delete_pod
+from openblox.controller.unprepared_nodes import UnpreparedNodes
 from openblox.controller.watched import Watched
 from openblox.models import Boundary, OpenbloxError, Profile, resolve_profile
 from openblox.models.pool import Pool
@@ -74,6 +77,7 @@ class PoolKeeper:
         namespaces: Namespaces,
         runtimes: RuntimeChecks,
         boundaries: PodBoundaries,
+        unprepared: UnpreparedNodes,
         held: Callable[[], bool],
         wake: threading.Event | None = None,
         pacer: RefillPacer | None = None,
@@ -87,6 +91,7 @@ class PoolKeeper:
         self._namespaces = namespaces
         self._runtimes = runtimes
         self._boundaries = boundaries
+        self._unprepared = unprepared
         self._held = held
         self._pacer = pacer or RefillPacer()
         self._interval = interval_seconds
@@ -262,13 +267,18 @@ class PoolKeeper:
             log.info("deleting pool pod %s/%s", namespace, name)
             delete_pod(self._kube, by_name[name], only_as_seen=True)
         # list(): a probe's exception is raised here, failing the pass as before.
-        list(self._probes.map(lambda name: self._probe(by_name[name], expected), plan.probe))
-        if plan.create:
+        list(self._probes.map(lambda name: self._probe(by_name[name], pool, expected), plan.probe))
+        held = self._unprepared.held(_hold_key(namespace, pool), datetime.now(UTC))
+        if plan.create and held is None:
             self._create(pool, profile, namespace, plan.create, pacer_key)
 
-    def _probe(self, pod: dict[str, Any], expected: Boundary | None) -> None:
-        """The same boundary check a cold pod gets, before the pod may be handed out."""
-        self._boundaries.observe(None, pod, PodState.from_pod(pod))
+    def _probe(self, pod: dict[str, Any], pool: Pool, expected: Boundary | None) -> None:
+        """The same checks a cold pod gets, before the pod may be handed out."""
+        self._boundaries.observe(None, pod, PodState.from_pod(pod), expected)
+        unmet = self._boundaries.unmet(pod["metadata"]["uid"])
+        if unmet:
+            self._replace_unprepared(pod, pool, unmet)
+            return
         observed = self._boundaries.of(pod["metadata"]["uid"])
         if observed is None:
             return  # inconclusive: probed again on a later pass
@@ -277,12 +287,29 @@ class PoolKeeper:
             return
         self._boundaries.record(pod, observed)
 
+    def _replace_unprepared(self, pod: dict[str, Any], pool: Pool, unmet: tuple[str, ...]) -> None:
+        """Never handed out; the pool makes its next pod after a hold, elsewhere if it can."""
+        metadata = pod["metadata"]
+        node = pod["spec"].get("nodeName") or "(unknown)"
+        message = (
+            f"pool pod {metadata['namespace']}/{metadata['name']}: node {node} is not prepared "
+            f"for sandboxes: {'; '.join(unmet)}; it was never handed out and is deleted"
+        )
+        self._pools.record(Reason.NODE_NOT_PREPARED, message)
+        metrics.NODES_NOT_PREPARED.inc()
+        self._unprepared.report(
+            node, _hold_key(metadata["namespace"], pool), message, datetime.now(UTC)
+        )
+        delete_pod(self._kube, pod, only_as_seen=True)
+        self._wake.set()
+
     def _create(
         self, pool: Pool, profile: Profile, namespace: str, count: int, pacer_key: str
     ) -> None:
         self._namespaces.prepare(namespace)
+        avoid = self._unprepared.avoided(datetime.now(UTC))
         for _ in range(count):
-            body = build_pool_pod(pool, namespace, profile, _suffix())
+            body = build_pool_pod(pool, namespace, profile, _suffix(), avoid)
             try:
                 created = self._kube.post(path(plural="pods", namespace=namespace), body)
             except Exception as error:
@@ -324,6 +351,11 @@ class PoolKeeper:
             cached = (now, {str(k): str(v) for k, v in fixed.items()})
             self._overheads[runtime_class] = cached
         return cached[1]
+
+
+def _hold_key(namespace: str, pool: Pool) -> tuple[str, str]:
+    """A pool's hold, beside its Sandboxes' (a colon is in no Sandbox's name)."""
+    return (namespace, f"pool:{pool.name}")
 
 
 def _suffix() -> str:

@@ -44,6 +44,7 @@ from openblox.controller.resolve import Wanted, resolve
 from openblox.controller.runtime_checks import RuntimeChecks
 from openblox.controller.sandbox_cache import SandboxCache
 from openblox.controller.sandbox_pods import SandboxPods
+from openblox.controller.unprepared_nodes import UnpreparedNodes
 from openblox.denials import Denial, pod_denial
 from openblox.lifetime import Expiry
 from openblox.models import Profile, Sandbox, SandboxError, parse_sandbox
@@ -70,6 +71,7 @@ class Reconciler:
         runtimes: RuntimeChecks,
         pods: SandboxPods,
         boundaries: PodBoundaries,
+        unprepared: UnpreparedNodes,
         cache: SandboxCache,
         requeue: Requeue,
         deadlines: Deadlines,
@@ -82,6 +84,7 @@ class Reconciler:
         self._runtimes = runtimes
         self._pods = pods
         self._boundaries = boundaries
+        self._unprepared = unprepared
         self._cache = cache
         self._requeue = requeue
         self._deadlines = deadlines
@@ -124,6 +127,7 @@ class Reconciler:
         self._ready_seen.discard(uid)
         self._pods.forget(uid)
         if name:
+            self._unprepared.forget((namespace, name))
             self._requeue.settled((namespace, name))
             self._deadlines.disarm((namespace, name))
 
@@ -185,8 +189,16 @@ class Reconciler:
     ) -> tuple[Observation, dict[str, Any] | None]:
         """Make the Sandbox's one pod exist, then tend it as it is."""
         base = wanted.observation()
+        key = (sandbox.namespace, sandbox.name)
+        hold = self._unprepared.held(key, now)
+        if hold is not None and not self._pods.owned(sandbox):
+            # Its last pod's node was not prepared: the next pod waits out the hold.
+            self._requeue.after(key, max((hold.until - now).total_seconds(), 0.0) + 0.1)
+            return replace(base, node_not_prepared=hold.message), None
         self._namespaces.prepare(sandbox.namespace)
-        pod, conflict = self._pods.ensure(sandbox, wanted.profile, now)
+        pod, conflict = self._pods.ensure(
+            sandbox, wanted.profile, now, self._unprepared.avoided(now)
+        )
         if conflict:
             return replace(base, pod_conflict=conflict), None
         if pod is None:
@@ -238,7 +250,12 @@ class Reconciler:
             return replace(
                 base, runtime_available=False, runtime_message=sandbox_failure, pod=state
             )
-        boundary = self._boundaries.observe(key, pod, state)
+        boundary = self._boundaries.observe(key, pod, state, profile.expected_boundary)
+        unmet = self._boundaries.unmet(pod["metadata"]["uid"])
+        if unmet:
+            return replace(
+                on_node, node_not_prepared=self._replace_unprepared(sandbox, pod, unmet, now)
+            )
         if (
             boundary is not None
             and boundary != profile.expected_boundary
@@ -274,6 +291,25 @@ class Reconciler:
         if denial is not None:
             record_denial(self._events, sandbox_ref(sandbox), denial)
         self._pods.delete(pod)
+
+    def _replace_unprepared(
+        self, sandbox: Sandbox, pod: dict[str, Any], unmet: tuple[str, ...], now: datetime
+    ) -> str:
+        """A pod its node did not prepare is never handed to the caller: it goes, and the
+        next one waits out a hold and prefers another node."""
+        node = pod["spec"].get("nodeName") or "(unknown)"
+        message = (
+            f"node {node} is not prepared for sandboxes: {'; '.join(unmet)}; "
+            "the pod was deleted and a new one prefers another node"
+        )
+        self._events.record(sandbox_ref(sandbox), Reason.NODE_NOT_PREPARED, message)
+        metrics.NODES_NOT_PREPARED.inc()
+        hold = self._unprepared.report(node, (sandbox.namespace, sandbox.name), message, now)
+        self._requeue.after(
+            (sandbox.namespace, sandbox.name), (hold.until - now).total_seconds() + 0.1
+        )
+        self._pods.delete(pod)
+        return message
 
     def _release_pod_of_lost_node(
         self, sandbox: Sandbox, pod: Mapping[str, Any], node: str

@@ -29,6 +29,7 @@ from openblox.controller.runtime_checks import RuntimeChecks, network_policy_enf
 from openblox.controller.sandbox_cache import SandboxCache
 from openblox.controller.sandbox_pods import SandboxPods
 from openblox.controller.started_watch import StartedWatcher
+from openblox.controller.unprepared_nodes import UnpreparedNodes
 from openblox.controller.watched import Watched
 from openblox.models import Sandbox
 from openblox.names import KIND, LEADER_LEASE
@@ -80,6 +81,7 @@ class Runtime:
         namespaces = Namespaces(kube, watched)
         runtimes = RuntimeChecks(kube, watched, network_policy_enforced=network_policy_enforced())
         boundaries = PodBoundaries(kube, watched, requeue)
+        unprepared = UnpreparedNodes()
         # What wakes the pool keeper: a change of the pools, or a `nudge`.
         refill = threading.Event()
         pools = PoolStore(kube, events, on_change=refill.set)
@@ -93,6 +95,7 @@ class Runtime:
             namespaces=namespaces,
             runtimes=runtimes,
             boundaries=boundaries,
+            unprepared=unprepared,
             held=lambda: election.leading,
             wake=refill,
         )
@@ -110,6 +113,7 @@ class Runtime:
             runtimes=runtimes,
             pods=pods,
             boundaries=boundaries,
+            unprepared=unprepared,
             cache=cache,
             requeue=requeue,
             deadlines=deadlines,

@@ -63,7 +63,11 @@ class SandboxPods:
         return rank_owned_pods(owned, named)
 
     def ensure(
-        self, sandbox: Sandbox, profile: Profile, now: datetime
+        self,
+        sandbox: Sandbox,
+        profile: Profile,
+        now: datetime,
+        avoid_nodes: frozenset[str] = frozenset(),
     ) -> tuple[dict[str, Any] | None, str | None]:
         """The Sandbox's pod: a warm one handed out from a pool, else one created cold; or
         a conflict message if the cold pod's name is taken.
@@ -85,7 +89,9 @@ class SandboxPods:
                 return claimed, None
             pods = path(plural="pods", namespace=sandbox.namespace)
             try:
-                created = self._kube.post(pods, build_pod(sandbox, profile, now=now))
+                created = self._kube.post(
+                    pods, build_pod(sandbox, profile, now=now, avoid_nodes=avoid_nodes)
+                )
                 log.info("created pod %s/%s", sandbox.namespace, pod_name(sandbox))
                 self._watched.pod_seen(created)
                 return slim_pod(created), None

@@ -1,0 +1,206 @@
+"""What a node must give a sandbox pod, read from inside the pod in the boundary probe's
+one exec. The probe outputs under data/probe/ are real: the same script run in a Sandbox's
+pod on the embedded gVisor node (prepared: the NRI plugin adjusted it) and in a plain
+gVisor pod on the same node whose container the plugin leaves alone (unprepared)."""
+
+from __future__ import annotations
+
+import subprocess
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from openblox.builders.pod import build_pod, pod_name
+from openblox.controller import pod_boundaries
+from openblox.controller.boundary import ProbeVerdict, probe_script
+from openblox.controller.unprepared_nodes import HOLD_SECONDS
+from openblox.models import parse_profile
+from openblox.models.boundary import classify_boundary
+from openblox.models.node_preparation import (
+    NodeRequirements,
+    requirements_of,
+    split_probe_output,
+    unmet_requirements,
+)
+from tests.unit.factories import make_sandbox
+from tests.unit.test_operator_loop import (
+    NOW,
+    FakeKube,
+    _cached,
+    _operator,
+    _ready,
+    _watch_everything,
+)
+
+DATA = Path(__file__).parent / "data" / "probe"
+NEEDS = NodeRequirements(
+    mount_bytes={
+        "/tmp": 128 << 20,
+        "/workspace": 128 << 20,
+        "/run/openblox": 16 << 20,
+        "/dev/shm": 64 << 20,
+    },
+    processes=256,
+    only_loopback=True,
+)
+
+
+def _report(name: str) -> Any:
+    return split_probe_output((DATA / name).read_text())
+
+
+def test_a_prepared_gvisor_pod_meets_every_requirement() -> None:
+    report = _report("gvisor-prepared.txt")
+    assert report.complete
+    assert classify_boundary(report.release, report.kernel_log, "6.1.0", report.version) == "gvisor"
+    assert unmet_requirements(report, NEEDS) == ()
+
+
+def test_a_pod_its_node_did_not_prepare_is_told_apart_and_each_lack_is_named() -> None:
+    report = _report("gvisor-unprepared.txt")
+    # Still gVisor: the kernel alone would have let it through.
+    assert classify_boundary(report.release, report.kernel_log, "6.1.0", report.version) == "gvisor"
+    assert unmet_requirements(report, NEEDS) == (
+        "/tmp is mounted without noexec,nosuid",
+        "/workspace is mounted without noexec,nosuid",
+        "/run/openblox is mounted without noexec,nosuid",
+        "/dev/shm is mounted without noexec,nosuid",
+        "/dev/shm has no size bound",
+        "RLIMIT_NPROC is unlimited, not the profile's 256",
+    )
+
+
+def test_sizes_above_the_profiles_an_interface_besides_lo_and_a_missing_mount_are_named() -> None:
+    text = (DATA / "gvisor-prepared.txt").read_text()
+    text = text.replace("/workspace rw,nosuid,noexec - tmpfs none rw,size=131072k", "/elsewhere rw")
+    text = text.replace("size=65536k", "size=1g")
+    text = text.replace(
+        "Max processes             256                  256", "Max processes 256 4096"
+    )
+    text = text.replace("lo:", "eth0: 1 2 3\nlo:")
+    unmet = unmet_requirements(split_probe_output(text), NEEDS)
+    assert unmet == (
+        "/workspace is not a mount of its own",
+        "/dev/shm holds 1073741824 bytes, more than the profile's 67108864",
+        "RLIMIT_NPROC is 4096, not the profile's 256",
+        "network interfaces besides lo: eth0",
+    )
+
+
+def test_a_cut_output_proves_nothing_and_is_never_taken_for_prepared() -> None:
+    text = (DATA / "gvisor-prepared.txt").read_text()
+    cut = split_probe_output(text[: text.index("Max processes")])
+    assert not cut.complete
+    assert unmet_requirements(cut, NEEDS) == ("the probe's output was cut short",)
+
+
+def test_the_script_prints_its_sections_with_shell_builtins_only(tmp_path: Path) -> None:
+    """It starts one program (sh); a gVisor kernel needs no dmesg."""
+    proc = tmp_path / "proc"
+    (proc / "self").mkdir(parents=True)
+    (proc / "net").mkdir()
+    report = _report("gvisor-prepared.txt")
+    (proc / "self" / "mountinfo").write_text("\n".join(report.mounts) + "\n")
+    (proc / "self" / "limits").write_text("Limit  Soft  Hard\n" + "\n".join(report.limits) + "\n")
+    (proc / "net" / "dev").write_text("\n".join(report.interfaces) + "\n")
+    version = tmp_path / "version"
+    version.write_text(report.version + "\n")
+    output = subprocess.run(
+        ["/bin/sh", "-c", probe_script(str(version), str(proc))],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={"PATH": str(tmp_path / "no-programs")},
+    ).stdout
+    again = split_probe_output(output)
+    assert again.complete
+    assert again.mounts == report.mounts
+    assert again.limits == report.limits  # only the process cap's line is kept
+    assert unmet_requirements(again, NEEDS) == ()
+
+
+def test_the_requirements_come_from_the_pod_the_operator_built() -> None:
+    profile = parse_profile(
+        "small",
+        "image: example/small:1\nresources: {memory: 512Mi, scratch: 64Mi, processes: 100}\n",
+    )
+    pod = build_pod(make_sandbox(), profile, now=NOW)
+    needs = requirements_of(pod, "gvisor")
+    assert needs == NodeRequirements(
+        mount_bytes={
+            "/tmp": 64 << 20,
+            "/workspace": 64 << 20,
+            "/run/openblox": 16 << 20,
+            "/dev/shm": 64 << 20,
+        },
+        processes=100,
+        only_loopback=True,
+    )
+    # Kata keeps a network device inside its VM (default-deny policy closes it); a profile
+    # that claims no boundary is owed nothing the probe checks.
+    kata = requirements_of(pod, "kata")
+    assert kata is not None and not kata.only_loopback
+    assert requirements_of(pod, None) is None
+
+
+def test_a_pod_on_an_unprepared_node_is_never_ready_goes_and_the_next_waits_and_avoids_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    lacking = ("/tmp is mounted without noexec,nosuid",)
+    probed: list[str] = []
+
+    def probe(_kube: object, _ns: str, pod: str, _kernel: str, needs: Any) -> ProbeVerdict:
+        assert needs is not None and needs.only_loopback  # the gVisor profile's needs
+        probed.append(pod)
+        return ProbeVerdict("gvisor", lacking)
+
+    monkeypatch.setattr(pod_boundaries, "probe_boundary", probe)
+    now = [NOW]
+    kube = FakeKube()
+    reconciler, watched, cache = _operator(kube, clock=lambda: now[0])
+    _watch_everything(watched)
+    kube.objects["/api/v1/nodes/node-1"] = {"status": {"nodeInfo": {"kernelVersion": "6.1"}}}
+    sandbox = _cached(cache)
+    reconciler.reconcile(sandbox, "sandbox")
+    path = f"/api/v1/namespaces/team-a/pods/{pod_name(sandbox)}"
+    pod = kube.objects[path]
+    assert "affinity" not in pod["spec"]
+    running = {
+        **pod,
+        "spec": {**pod["spec"], "nodeName": "node-1"},
+        "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]},
+    }
+    watched.pod_seen(running)
+    kube.take()
+
+    reconciler.reconcile(cache.get("team-a", "demo"), "pod")  # type: ignore[arg-type]
+    assert probed == [pod_name(sandbox)]
+    assert _ready(cache) == ("False", "NodeNotPrepared")
+    calls = kube.take()
+    assert ("DELETE", path) in calls
+    event = next(
+        body
+        for target, body in kube.objects.items()
+        if "/events/" in target and body.get("reason") == "NodeNotPrepared"
+    )
+    assert "node node-1" in event["message"] and lacking[0] in event["message"]
+
+    # The pod is gone; within the hold no new one is made, and the reason stays.
+    watched.pod_gone("team-a", running["metadata"]["name"], running["metadata"]["uid"])
+    now[0] = NOW + timedelta(seconds=HOLD_SECONDS / 2)
+    reconciler.reconcile(cache.get("team-a", "demo"), "pod")  # type: ignore[arg-type]
+    assert not [call for call in kube.take() if call[0] == "POST" and "/pods" in call[1]]
+    assert _ready(cache) == ("False", "NodeNotPrepared")
+
+    # After it, the next pod prefers any node but node-1.
+    now[0] = NOW + timedelta(seconds=HOLD_SECONDS + 1)
+    reconciler.reconcile(cache.get("team-a", "demo"), "requeue")  # type: ignore[arg-type]
+    replacement = kube.objects[path]
+    terms = replacement["spec"]["affinity"]["nodeAffinity"][
+        "preferredDuringSchedulingIgnoredDuringExecution"
+    ]
+    assert terms[0]["preference"]["matchFields"] == [
+        {"key": "metadata.name", "operator": "NotIn", "values": ["node-1"]}
+    ]
