@@ -34,7 +34,6 @@ class PodBackend(ABC):
         idle_timeout_seconds: int | None = None,
         max_age_seconds: int | None = None,
     ) -> Handle:
-        """A ready sandbox from the profile; raises BackendError with the reason it is not."""
         return self._create(profile, idle_timeout_seconds, max_age_seconds)
 
     def exec(
@@ -45,17 +44,16 @@ class PodBackend(ABC):
         stdin: bytes | None = None,
         timeout: float,
     ) -> ExecOutcome:
-        """Run argv (no shell); must return within timeout plus a small grace."""
         return self._run(handle, argv, stdin, timeout)
-
-    @abstractmethod
-    def _run(
-        self, handle: Handle, argv: Sequence[str], stdin: bytes | None, timeout: float
-    ) -> ExecOutcome:
-        """Run argv in the sandbox, its stdin given (or None: no stdin), within timeout."""
 
     @abstractmethod
     def _create(
         self, profile: str, idle_timeout_seconds: int | None, max_age_seconds: int | None
     ) -> Handle:
         """A ready sandbox, with the lifetime asked for (None: the profile's)."""
+
+    @abstractmethod
+    def _run(
+        self, handle: Handle, argv: Sequence[str], stdin: bytes | None, timeout: float
+    ) -> ExecOutcome:
+        """Run argv in the sandbox, its stdin given (or None: no stdin), within timeout."""
