@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -56,3 +57,27 @@ def _watch(
             configmap = event.get("object") or {}
             version = str((configmap.get("metadata") or {}).get("resourceVersion") or version)
             apply(None if event["type"] == "DELETED" else configmap)
+
+
+def data_of(configmap: Mapping[str, Any] | None) -> Mapping[str, str]:
+    """The ConfigMap's data: none while it does not exist."""
+    return (configmap.get("data") or {}) if configmap is not None else {}
+
+
+class ConfigMapApplier(ABC):
+    """Applies each version `follow_configmap` delivers, one at a time, and keeps the last
+    one, which a takeover applies again (under `_applying`, so that re-apply never undoes
+    a newer watch event)."""
+
+    def __init__(self) -> None:
+        self._applying = threading.Lock()
+        self._last: Mapping[str, Any] | None = None
+
+    def apply(self, configmap: Mapping[str, Any] | None) -> None:
+        with self._applying:
+            self._last = configmap
+            self._apply(configmap)
+
+    @abstractmethod
+    def _apply(self, configmap: Mapping[str, Any] | None) -> None:
+        """Take this version of the ConfigMap (None: it does not exist) into service."""

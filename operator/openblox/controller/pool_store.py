@@ -12,7 +12,7 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from openblox.controller.configmap_watch import follow_configmap
+from openblox.controller.configmap_watch import ConfigMapApplier, data_of, follow_configmap
 from openblox.controller.events import EventRecorder
 from openblox.controller.kube import Kube
 from openblox.models.pool import Pool, parse_pools
@@ -21,19 +21,17 @@ from openblox.names import POOLS_CONFIGMAP, Reason
 log = logging.getLogger(__name__)
 
 
-class PoolStore:
+class PoolStore(ConfigMapApplier):
     def __init__(
         self, kube: Kube, events: EventRecorder, on_change: Callable[[], None] = lambda: None
     ) -> None:
+        super().__init__()
         self._kube = kube
         self._events = events
         self._on_change = on_change
         self._lock = threading.Lock()
         self._pools: dict[str, Pool] = {}
         self._configmap: dict[str, Any] | None = None
-        self._last: Mapping[str, Any] | None = None
-        # One apply at a time: a takeover's re-apply never undoes a newer watch event.
-        self._applying = threading.RLock()
         self._loaded = threading.Event()
 
     def run(self, stop: threading.Event) -> None:
@@ -44,16 +42,10 @@ class PoolStore:
         (the recorder forgets an Event a standby was refused, so it is written now)."""
         with self._applying:
             if self._loaded.is_set():
-                self.apply(self._last)
-
-    def apply(self, configmap: Mapping[str, Any] | None) -> None:
-        with self._applying:
-            self._apply(configmap)
+                self._apply(self._last)
 
     def _apply(self, configmap: Mapping[str, Any] | None) -> None:
-        self._last = configmap
-        data: Mapping[str, str] = (configmap.get("data") or {}) if configmap is not None else {}
-        good, broken = parse_pools(data)
+        good, broken = parse_pools(data_of(configmap))
         with self._lock:
             previous = self._pools
             current = dict(good)

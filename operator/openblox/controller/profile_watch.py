@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from openblox.builders.admission import ADMISSION_CONFIGMAP, build_admission_configmap
-from openblox.controller.configmap_watch import follow_configmap
+from openblox.controller.configmap_watch import ConfigMapApplier, data_of, follow_configmap
 from openblox.controller.election import NotLeader
 from openblox.controller.events import EventRecorder
 from openblox.controller.kube import Kube, is_not_found, path
@@ -22,7 +22,7 @@ from openblox.names import OPERATOR_NAMESPACE, PROFILES_CONFIGMAP
 log = logging.getLogger(__name__)
 
 
-class ProfileWatcher:
+class ProfileWatcher(ConfigMapApplier):
     def __init__(
         self,
         kube: Kube,
@@ -31,10 +31,9 @@ class ProfileWatcher:
         on_change: Callable[[], None],
         leading: Callable[[], bool] = lambda: True,
     ) -> None:
+        super().__init__()
         self._kube = kube
         self._leading = leading
-        self._last: Mapping[str, Any] | None = None
-        self._applying = threading.Lock()
         self._store = store
         self._events = events
         self._on_change = on_change
@@ -58,15 +57,8 @@ class ProfileWatcher:
             self._published = None
             self._apply(self._last)
 
-    def apply(self, configmap: Mapping[str, Any] | None) -> None:
-        # One apply at a time: a takeover's re-apply never undoes a newer watch event.
-        with self._applying:
-            self._apply(configmap)
-
     def _apply(self, configmap: Mapping[str, Any] | None) -> None:
-        self._last = configmap
-        data: Mapping[str, str] = (configmap.get("data") or {}) if configmap is not None else {}
-        update = self._store.update(data)
+        update = self._store.update(data_of(configmap))
         for name, error in update.refused.items():
             kept = (
                 " (its last good version stays in service)" if name in update.kept_last_good else ""

@@ -112,29 +112,27 @@ def lifetime_denial(sandbox: Sandbox, profile: Profile, expiry: Expiry) -> Denia
         # Where the idle clock the expiry ran on started: never a raw stamp of the
         # caller's, which may lie anywhere in the calendar (`compute_expiry` clamps it).
         idle_since = expiry.expires_at - timedelta(seconds=lifetime.idle_timeout_seconds)
-        return Denial(
-            denied="lifetime",
-            attempted=f"keep sandbox {sandbox.name} alive while idle",
-            because=f"idleTimeoutSeconds={lifetime.idle_timeout_seconds}",
-            profile=profile.name,
-            at=expiry.expires_at,
-            evidence=(
-                "operator: no activity recorded through the API server since "
-                f"{format_timestamp(idle_since)}; deleted at the idle deadline "
-                f"{format_timestamp(expiry.expires_at)}"
-            ),
-            inferred=False,
+        attempted = "alive while idle"
+        because = f"idleTimeoutSeconds={lifetime.idle_timeout_seconds}"
+        evidence = (
+            "operator: no activity recorded through the API server since "
+            f"{format_timestamp(idle_since)}; deleted at the idle deadline "
+            f"{format_timestamp(expiry.expires_at)}"
+        )
+    else:
+        attempted = "alive past its max age"
+        because = f"maxAgeSeconds={lifetime.max_age_seconds}"
+        evidence = (
+            f"operator: created {format_timestamp(sandbox.creation_timestamp)}; deleted at the "
+            f"max-age deadline {format_timestamp(expiry.expires_at)}"
         )
     return Denial(
         denied="lifetime",
-        attempted=f"keep sandbox {sandbox.name} alive past its max age",
-        because=f"maxAgeSeconds={lifetime.max_age_seconds}",
+        attempted=f"keep sandbox {sandbox.name} {attempted}",
+        because=because,
         profile=profile.name,
         at=expiry.expires_at,
-        evidence=(
-            f"operator: created {format_timestamp(sandbox.creation_timestamp)}; deleted at the "
-            f"max-age deadline {format_timestamp(expiry.expires_at)}"
-        ),
+        evidence=evidence,
         inferred=False,
     )
 

@@ -412,6 +412,17 @@ def priv_mount() -> list[dict[str, Any]]:
     return results
 
 
+def _map_root(uid: int, gid: int) -> None:
+    """In a user namespace just made, map root inside it to uid and gid outside (setgroups
+    denied first, as an unprivileged gid map requires)."""
+    with open("/proc/self/setgroups", "w") as handle:
+        handle.write("deny")
+    with open("/proc/self/gid_map", "w") as handle:
+        handle.write(f"0 {gid} 1")
+    with open("/proc/self/uid_map", "w") as handle:
+        handle.write(f"0 {uid} 1")
+
+
 def priv_unshare() -> list[dict[str, Any]]:
     flags = {
         "user": 0x10000000,
@@ -428,12 +439,7 @@ def priv_unshare() -> list[dict[str, Any]]:
         if not outcome["refused"] and flag == flags["user"]:
             # What a new user namespace would give: root inside it, and mount in it.
             try:
-                with open("/proc/self/setgroups", "w") as handle:
-                    handle.write("deny")
-                with open("/proc/self/gid_map", "w") as handle:
-                    handle.write(f"0 {os.getgid()} 1")
-                with open("/proc/self/uid_map", "w") as handle:
-                    handle.write(f"0 {os.getuid()} 1")
+                _map_root(os.getuid(), os.getgid())
                 outcome["uid_inside"] = os.getuid()
                 outcome["then_mount_ns"] = _call("unshare", flags["mount"])
             except OSError as error:
@@ -936,12 +942,7 @@ def fuse_mount(userns: bool) -> dict[str, Any]:
     if userns:
         if LIBC.unshare(0x10000000 | 0x00020000) != 0:  # CLONE_NEWUSER | CLONE_NEWNS
             return {"refused": True, "detail": f"unshare: {libc_errno_text()}"}
-        with open("/proc/self/setgroups", "w") as handle:
-            handle.write("deny")
-        with open("/proc/self/gid_map", "w") as handle:
-            handle.write(f"0 {gid} 1")
-        with open("/proc/self/uid_map", "w") as handle:
-            handle.write(f"0 {uid} 1")
+        _map_root(uid, gid)
         uid = gid = 0
     options = f"fd={fd},rootmode=40000,user_id={uid},group_id={gid}".encode()
     outcome = _call("mount", b"openblox", target.encode(), b"fuse", 6, options)  # nosuid|nodev

@@ -13,6 +13,7 @@ from typing import Any
 
 import yaml
 
+from openblox.models.configmap_keys import parse_each_key
 from openblox.names import POOLS_CONFIGMAP, PROFILES_CONFIGMAP, Reason
 
 # Bounds one pool's pods in one namespace, so a typo (50000) cannot flood a node.
@@ -90,11 +91,4 @@ def parse_pool(name: str, raw_yaml: str) -> Pool:
 
 def parse_pools(data: Mapping[str, str]) -> tuple[dict[str, Pool], dict[str, PoolError]]:
     """Every key of the pools ConfigMap; a broken key never hides the others."""
-    pools: dict[str, Pool] = {}
-    broken: dict[str, PoolError] = {}
-    for name, raw_yaml in data.items():
-        try:
-            pools[name] = parse_pool(name, raw_yaml)
-        except PoolError as error:
-            broken[name] = error
-    return pools, broken
+    return parse_each_key(data, parse_pool, PoolError)

@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from fractions import Fraction
 from typing import Any
 
+from openblox.models.configmap_keys import parse_each_key
 from openblox.models.errors import ProfileError
 from openblox.models.profile import (
     DEFAULT_COMMAND,
@@ -193,14 +194,7 @@ def parse_profile(name: str, raw_yaml: str) -> Profile:
 
 def parse_profiles(data: Mapping[str, str]) -> tuple[dict[str, Profile], dict[str, ProfileError]]:
     """Parses every key of the profiles ConfigMap; a broken profile never hides the others."""
-    profiles: dict[str, Profile] = {}
-    broken: dict[str, ProfileError] = {}
-    for name, raw_yaml in data.items():
-        try:
-            profiles[name] = parse_profile(name, raw_yaml)
-        except ProfileError as error:
-            broken[name] = error
-    return profiles, broken
+    return parse_each_key(data, parse_profile, ProfileError)
 
 
 def _parse_profile(name: str, raw_yaml: str) -> Profile:

@@ -27,17 +27,15 @@ from openblox.transport.errors import CredentialsError
 SERVICE_ACCOUNT = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 
 
-def find_source(
-    kubeconfig: str | None = None,
-    context: str | None = None,
-    *,
-    environ: Mapping[str, str] | None = None,
-    service_account: Path = SERVICE_ACCOUNT,
-    home: Path | None = None,
+def _find_source(
+    kubeconfig: str | None,
+    context: str | None,
+    env: Mapping[str, str],
+    service_account: Path,
+    home: Path | None,
 ) -> Source:
     """Where credentials would come from, in the documented order; raises CredentialsError
     when there are none."""
-    env = os.environ if environ is None else environ
     home_config = (home or Path.home()) / ".kube" / "config"
     in_cluster = bool(env.get("KUBERNETES_SERVICE_HOST")) and (service_account / "token").exists()
     return choose_source(
@@ -53,7 +51,7 @@ def standard_credentials_exist() -> bool:
     """Whether credentials are found without naming a kubeconfig (KUBECONFIG, a
     ServiceAccount, ~/.kube/config): a caller with a default of its own uses it otherwise."""
     try:
-        find_source()
+        _find_source(None, None, os.environ, SERVICE_ACCOUNT, None)
     except CredentialsError:
         return False
     return True
@@ -70,9 +68,7 @@ def load_credentials(
     """The credentials to use (explicit kubeconfig > KUBECONFIG > ServiceAccount >
     ~/.kube/config), with inline certificate data written to private files."""
     env = os.environ if environ is None else environ
-    source = find_source(
-        kubeconfig, context, environ=env, service_account=service_account, home=home
-    )
+    source = _find_source(kubeconfig, context, env, service_account, home)
     if source.paths:
         credentials = kubeconfig_credentials(
             merge_kubeconfigs([(path, _read_kubeconfig(path)) for path in source.paths]),

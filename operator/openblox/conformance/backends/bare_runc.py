@@ -19,21 +19,20 @@ from openblox import guest
 from openblox.conformance.backend import (
     BackendError,
     Capability,
-    ControlPlane,
     ExecOutcome,
     Files,
     Handle,
     Limits,
 )
-from openblox.conformance.cluster_api import Kube, message_of
-from openblox.conformance.settings import Settings
+from openblox.conformance.backends.pod_backend import PodBackend
+from openblox.conformance.cluster_api import message_of
 from openblox.names import CONTAINER_NAME
 from openblox.transport import ApiError, path
 
 _FILE_HELPER = guest.source(guest.FILE_HELPER)
 
 
-class BareRuncBackend:
+class BareRuncBackend(PodBackend):
     name = "bare-runc"
     unsupported: Mapping[Capability, str] = {
         Capability.LIFETIME: (
@@ -44,12 +43,6 @@ class BareRuncBackend:
             "runtime class, user and capabilities are whatever the caller asks for"
         ),
     }
-    control_plane: ControlPlane | None = None
-
-    def __init__(self, kube: Kube, settings: Settings) -> None:
-        self.kube = kube
-        self.settings = settings
-        self.namespace = ""
 
     def setup(self, run_id: str) -> None:
         self.namespace = f"obx-conformance-{run_id}-runc"
@@ -60,12 +53,8 @@ class BareRuncBackend:
             with contextlib.suppress(Exception):
                 self.kube.delete_namespace(self.namespace)
 
-    def create(
-        self,
-        profile: str,
-        *,
-        idle_timeout_seconds: int | None = None,
-        max_age_seconds: int | None = None,
+    def _create(
+        self, profile: str, idle_timeout_seconds: int | None, max_age_seconds: int | None
     ) -> Handle:
         if idle_timeout_seconds is not None or max_age_seconds is not None:
             raise BackendError(self.unsupported[Capability.LIFETIME])
@@ -100,13 +89,8 @@ class BareRuncBackend:
             pod_namespace=self.namespace,
         )
 
-    def exec(
-        self,
-        handle: Handle,
-        argv: Sequence[str],
-        *,
-        stdin: bytes | None = None,
-        timeout: float,
+    def _run(
+        self, handle: Handle, argv: Sequence[str], stdin: bytes | None, timeout: float
     ) -> ExecOutcome:
         return self.kube.exec(
             self.namespace, handle.name, CONTAINER_NAME, argv, stdin=stdin, timeout=timeout

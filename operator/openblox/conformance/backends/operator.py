@@ -21,6 +21,7 @@ from openblox.conformance.backend import (
     Handle,
     Limits,
 )
+from openblox.conformance.backends.pod_backend import PodBackend
 from openblox.conformance.cluster_api import Kube, kubeconfig_path
 from openblox.conformance.settings import Settings
 from openblox.models.quantity import parse_quantity
@@ -33,15 +34,12 @@ from openblox.names import (
 from openblox.transport import ApiError, is_not_found
 
 
-class OperatorBackend:
+class OperatorBackend(PodBackend):
     name = "operator"
     unsupported: Mapping[Capability, str] = {}
 
     def __init__(self, kube: Kube, settings: Settings) -> None:
-        self.kube = kube
-        self.settings = settings
-        self.namespace = ""
-        self.control_plane: ControlPlane | None = None
+        super().__init__(kube, settings)
         self._client: Client | None = None
         self._namespaces: list[str] = []
 
@@ -81,12 +79,8 @@ class OperatorBackend:
 
     # ------------------------------------------------------------------ lifecycle
 
-    def create(
-        self,
-        profile: str,
-        *,
-        idle_timeout_seconds: int | None = None,
-        max_age_seconds: int | None = None,
+    def _create(
+        self, profile: str, idle_timeout_seconds: int | None, max_age_seconds: int | None
     ) -> Handle:
         return self._create_in(
             self.namespace,
@@ -160,13 +154,8 @@ class OperatorBackend:
 
     # ------------------------------------------------------------------ running code
 
-    def exec(
-        self,
-        handle: Handle,
-        argv: Sequence[str],
-        *,
-        stdin: bytes | None = None,
-        timeout: float,
+    def _run(
+        self, handle: Handle, argv: Sequence[str], stdin: bytes | None, timeout: float
     ) -> ExecOutcome:
         sandbox: Sandbox = handle.native
         allowed = handle.limits.exec_timeout_seconds

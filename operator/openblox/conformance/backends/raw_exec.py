@@ -47,13 +47,8 @@ class RawExecBackend(OperatorBackend):
         limits = replace(handle.limits, output_bytes=None, exec_timeout_seconds=None)
         return replace(handle, limits=limits)
 
-    def exec(
-        self,
-        handle: Handle,
-        argv: Sequence[str],
-        *,
-        stdin: bytes | None = None,
-        timeout: float,
+    def _run(
+        self, handle: Handle, argv: Sequence[str], stdin: bytes | None, timeout: float
     ) -> ExecOutcome:
         started = time.monotonic()
         output = ExecOutput(keep_stdout=KEEP_BYTES, keep_stderr=KEEP_BYTES)

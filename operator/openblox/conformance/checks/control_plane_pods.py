@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from openblox.client.cluster import sandboxes_path
+from openblox.conformance.backend import Handle
 from openblox.conformance.checks.control_plane import (
     attempt,
     dry_run,
@@ -75,13 +76,18 @@ def cannot_create_sandbox_pods(ctx: Context) -> Verdict:
     return judge(attempts)
 
 
+def _pod_of(handle: Handle) -> str:
+    """The sandbox's pod, which these properties aim at; a backend that names none
+    cannot be judged by them."""
+    if not handle.pod:
+        raise CannotRun("the backend names no pod for its sandbox")
+    return handle.pod
+
+
 @check("CTL-006")
 def cannot_change_sandbox_pods(ctx: Context) -> Verdict:
     who, p = identity(ctx), plane(ctx)
-    handle = ctx.sandbox()
-    if not handle.pod:
-        raise CannotRun("the backend names no pod for its sandbox")
-    pod, ns = handle.pod, p.sandbox_namespace
+    pod, ns = _pod_of(ctx.sandbox()), p.sandbox_namespace
     relabel = {"metadata": {"labels": {LABEL_PROFILE: "tampered"}}}
     debug = {
         "spec": {
@@ -123,10 +129,8 @@ def _pod_changes(
 @check("CTL-007")
 def no_exec_across_namespaces(ctx: Context) -> Verdict:
     who, p = identity(ctx), plane(ctx)
-    own = ctx.sandbox()
-    if not own.pod:
-        raise CannotRun("the backend names no pod for its sandbox")
-    control = who.exec(p.sandbox_namespace, own.pod, CONTAINER_NAME, ["true"], timeout=30)
+    own_pod = _pod_of(ctx.sandbox())
+    control = who.exec(p.sandbox_namespace, own_pod, CONTAINER_NAME, ["true"], timeout=30)
     if control.exit_code != 0:
         raise CannotRun(
             f"the probe identity cannot exec into its own namespace's sandbox either "
@@ -134,11 +138,10 @@ def no_exec_across_namespaces(ctx: Context) -> Verdict:
         )
     other = ctx.waiting(lambda: p.create_in(p.other_namespace, ctx.profile))
     try:
-        if not other.pod:
-            raise CannotRun("the backend names no pod for its sandbox")
-        outcome = who.exec(p.other_namespace, other.pod, CONTAINER_NAME, ["id"], timeout=30)
+        other_pod = _pod_of(other)
+        outcome = who.exec(p.other_namespace, other_pod, CONTAINER_NAME, ["id"], timeout=30)
         exec_attempt = (
-            f"exec into {p.other_namespace}/{other.pod}",
+            f"exec into {p.other_namespace}/{other_pod}",
             outcome.exit_code is None and "(403)" in (outcome.error or ""),
             (outcome.error or f"ran, exit {outcome.exit_code}: {outcome.stdout[:60]!r}")[:200],
         )

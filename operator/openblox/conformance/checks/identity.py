@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 from typing import Any
 
@@ -92,36 +93,15 @@ def no_service_env(ctx: Context) -> Verdict:
     return ok(f"environment of the command and of PID 1: {sorted(keys - set(named))}{note}")
 
 
-@check("IDN-007")
-def no_mount(ctx: Context) -> Verdict:
-    return all_refused(ctx, "mount")
-
-
-@check("IDN-008")
-def no_unshare(ctx: Context) -> Verdict:
-    return all_refused(ctx, "unshare")
-
-
-@check("IDN-009")
-def no_ptrace(ctx: Context) -> Verdict:
-    return all_refused(ctx, "ptrace")
-
-
-@check("IDN-010")
-def no_raw_sockets(ctx: Context) -> Verdict:
-    return all_refused(ctx, "raw")
-
-
-@check("IDN-011")
-def no_sysctl(ctx: Context) -> Verdict:
-    return all_refused(ctx, "sysctl")
-
-
-@check("IDN-012")
-def no_clock_change(ctx: Context) -> Verdict:
-    return all_refused(ctx, "clock")
-
-
-@check("IDN-013")
-def no_kernel_modules(ctx: Context) -> Verdict:
-    return all_refused(ctx, "module")
+# Properties that hold when every attempt of one `priv` probe operation is refused.
+REFUSED_OPERATIONS = {
+    "IDN-007": "mount",
+    "IDN-008": "unshare",
+    "IDN-009": "ptrace",
+    "IDN-010": "raw",
+    "IDN-011": "sysctl",
+    "IDN-012": "clock",
+    "IDN-013": "module",
+}
+for _property_id, _op in REFUSED_OPERATIONS.items():
+    check(_property_id)(functools.partial(all_refused, op=_op))

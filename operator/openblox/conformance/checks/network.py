@@ -20,6 +20,14 @@ def sandbox_ip(ctx: Context) -> str | None:
     return ((pod or {}).get("status") or {}).get("podIP")
 
 
+def _try_targets(ctx: Context, targets: list[dict[str, Any]]) -> tuple[list[str], str]:
+    """Try each target from inside the sandbox: the ids of those that answered, and what
+    each attempt gave."""
+    results = ctx.probe("net", {"timeout": 3, "targets": targets})["results"]
+    answered = [r["id"] for r in results if r.get("ok")]
+    return answered, "; ".join(f"{r['id']}: {r.get('detail')}" for r in results)
+
+
 def blocked(ctx: Context, keys: list[str], *, what: str) -> Verdict:
     """Probe each target from inside; all must fail, and the canaries must record nothing."""
     canaries = ctx.canaries()
@@ -32,18 +40,15 @@ def blocked(ctx: Context, keys: list[str], *, what: str) -> Verdict:
             f"nothing ({canaries.control_summary(list(chosen))})"
         )
     token = ctx.token()
-    result = ctx.probe(
-        "net",
-        {"timeout": 3, "targets": [{"id": k, "token": token, **v} for k, v in controlled.items()]},
+    reached, details = _try_targets(
+        ctx, [{"id": k, "token": token, **v} for k, v in controlled.items()]
     )
-    reached = [r for r in result["results"] if r.get("ok")]
     recorded = canaries.hits_from(token, sandbox_ip(ctx)) if what != "API server" else []
-    details = "; ".join(f"{r['id']}: {r.get('detail')}" for r in result["results"])
     skipped = sorted(set(chosen) - set(controlled))
     note = f" (not probed, unreachable from an ordinary pod too: {skipped})" if skipped else ""
     if reached or recorded:
         return fail(
-            f"reached {[r['id'] for r in reached]}; canary recorded {len(recorded)} hits "
+            f"reached {reached}; canary recorded {len(recorded)} hits "
             f"from the sandbox; {details}{note}"
         )
     return ok(f"{details}; same targets reachable from an ordinary pod{note}")
@@ -110,13 +115,11 @@ def no_dns(ctx: Context) -> Verdict:
     for key in ("canary-pod:53/udp", "canary-service:53/udp", "canary-pod:53/tcp"):
         if key in canaries.targets():
             targets.append({"id": key, "token": token, **canaries.targets()[key]})
-    result = ctx.probe("net", {"timeout": 3, "targets": targets})
-    answered = [r for r in result["results"] if r.get("ok")]
+    answered, details = _try_targets(ctx, targets)
     recorded = canaries.hits_from(token, sandbox_ip(ctx))
-    details = "; ".join(f"{r['id']}: {r.get('detail')}" for r in result["results"])
     if answered or recorded:
         return fail(
-            f"answered: {[r['id'] for r in answered]}; the canary DNS server recorded "
+            f"answered: {answered}; the canary DNS server recorded "
             f"{len(recorded)} queries from the sandbox; {details}"
         )
     return ok(f"{details}; the canary DNS server recorded nothing from the sandbox")
