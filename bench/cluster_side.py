@@ -1,13 +1,14 @@
 """The cluster side of the benchmarks: namespaces, pods, watches, profiles, the operator.
 
-Watches and writes go over raw JSON (no typed models): the harness should cost as little
-client-side time as it can, so the figures are the cluster's and not the harness's.
+Watches and writes go over raw JSON (no typed models), through the project's transport
+(`openblox.transport`, ADR 0018): the harness should cost as little client-side time as
+it can, so the figures are the cluster's and not the harness's.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
+import http.client
 import threading
 import time
 import uuid
@@ -16,13 +17,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-import urllib3
-from kubernetes import client as k8s
-from kubernetes.client.exceptions import ApiException
-from kubernetes.watch.watch import iter_resp_lines
-
 from bench import env, page_share, procs
-from bench.kubernetes_configuration import kubernetes_configuration
 from openblox.builders.pod import build_pod
 from openblox.models import Sandbox, SandboxSpec, parse_profile
 from openblox.names import (
@@ -34,10 +29,16 @@ from openblox.names import (
     PROFILES_CONFIGMAP,
     VERSION,
 )
-from openblox.transport import Session
+from openblox.transport import Api, ApiError, Gone, NotFound, Session, is_conflict
 
 BENCH_LABEL = "openblox.sh/bench"
 ADMISSION_CONFIGMAP = "openblox-profile-admission"
+# Each socket operation of a request (a watch has its own bound).
+REQUEST_TIMEOUT_SECONDS = 60.0
+# A watch request's span, which the API server ends; then the harness watches again.
+WATCH_SECONDS = 120
+# What `patiently` waits through: throttling and a restarting or overloaded API server.
+RETRIED_STATUSES = (429, 500, 502, 503, 504)
 
 # Profiles the benchmark adds to openblox-profiles for its run (and removes at the end).
 # Sandbox pods have requests == limits (Guaranteed QoS) unless a profile sets cpuRequest
@@ -93,75 +94,24 @@ BENCH_PROFILES = {
 }
 
 
-class Kube:
-    """Raw JSON access to the API server, shared by every thread of the run."""
+class Kube(Api):
+    """Raw JSON access to the API server, shared by every thread of the run (one keep-alive
+    connection per thread); a refusal raises the transport's typed error."""
 
     def __init__(self, kubeconfig: str = env.KUBECONFIG) -> None:
+        super().__init__(
+            Session.discover(kubeconfig),
+            user_agent="openblox-bench",
+            request_timeout=REQUEST_TIMEOUT_SECONDS,
+        )
         self.kubeconfig = kubeconfig
-        configuration = kubernetes_configuration(Session.discover(kubeconfig))
-        configuration.connection_pool_maxsize = 64
-        self.configuration = configuration
-        self.api = k8s.ApiClient(configuration)
-        self.core = k8s.CoreV1Api(self.api)
-        self.custom = k8s.CustomObjectsApi(self.api)
-
-    def send(
-        self,
-        method: str,
-        path: str,
-        body: Any = None,
-        *,
-        query: Mapping[str, Any] | None = None,
-        content_type: str = "application/json",
-        timeout: Any = 60,
-    ) -> Any:
-        """One request; the urllib3 response, unread (raises ApiException unless 2xx)."""
-        headers = {"Accept": "application/json", "Content-Type": content_type}
-        method, url, headers, body, _ = self.api.param_serialize(
-            method,
-            path,
-            query_params=[(k, str(v)) for k, v in (query or {}).items()] or None,
-            header_params=headers,
-            body=body,
-            auth_settings=["BearerToken"],
-        )
-        response = self.api.rest_client.request(
-            method, url, headers=headers, body=body, _request_timeout=timeout
-        ).response
-        if not 200 <= response.status < 300:
-            raise ApiException(http_resp=response)
-        return response
-
-    def request(
-        self,
-        method: str,
-        path: str,
-        body: Any = None,
-        *,
-        query: Mapping[str, Any] | None = None,
-        content_type: str = "application/json",
-        timeout: float = 60,
-    ) -> Any:
-        response = self.send(
-            method, path, body, query=query, content_type=content_type, timeout=timeout
-        )
-        data = response.data
-        return json.loads(data) if data else None
-
-    def get(self, path: str, **query: Any) -> Any:
-        return self.request("GET", path, query=query)
 
     def exists(self, path: str) -> bool:
         try:
             self.get(path)
-        except ApiException as error:
-            if error.status == 404:
-                return False
-            raise
+        except NotFound:
+            return False
         return True
-
-    def raw_text(self, path: str) -> str:
-        return str(self.send("GET", path).data.decode())
 
 
 def pods_path(namespace: str) -> str:
@@ -182,8 +132,8 @@ def make_namespace(kube: Kube, name: str, *, sandboxes: bool) -> str:
     body = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": labels}}
     try:
         kube.request("POST", "/api/v1/namespaces", body)
-    except ApiException as error:
-        if error.status != 409:
+    except ApiError as error:
+        if not is_conflict(error):
             raise
     # The service account controller must make `default` before a pod can be admitted.
     deadline = time.monotonic() + 30
@@ -197,7 +147,7 @@ def make_namespace(kube: Kube, name: str, *, sandboxes: bool) -> str:
 def delete_namespace(kube: Kube, name: str, *, wait: float = 0) -> float | None:
     """Deletes a namespace; with wait > 0, returns how long it took to disappear."""
     started = time.monotonic()
-    with contextlib.suppress(ApiException):
+    with contextlib.suppress(ApiError):
         patiently(kube.request, "DELETE", f"/api/v1/namespaces/{name}")
     if wait <= 0:
         return None
@@ -286,17 +236,15 @@ class WatchRecorder:
         self._cond = threading.Condition()
         self._stop = threading.Event()
         self._ready = threading.Event()
-        self._response: Any = None
         self._thread = threading.Thread(target=self._run, daemon=True, name=f"watch-{kind}")
         self._thread.start()
         if not self._ready.wait(30):
             raise RuntimeError(f"could not start a watch on {self._path}")
 
     def close(self) -> None:
+        """Stops recording; the watch thread leaves at its next event or when the API server
+        ends the watch request, and closes its connection then."""
         self._stop.set()
-        with contextlib.suppress(Exception):
-            if self._response is not None:
-                self._response.close()
 
     def __enter__(self) -> WatchRecorder:
         return self
@@ -314,30 +262,22 @@ class WatchRecorder:
                     for item in listing.get("items", []):
                         self._observe("EXISTING", item)
                     self._ready.set()
-                response = self._kube.send(
-                    "GET",
+                events = self._kube.watch(
                     self._path,
-                    query={
-                        "watch": "true",
-                        "resourceVersion": version,
-                        "allowWatchBookmarks": "true",
-                        "timeoutSeconds": "120",
-                    },
-                    timeout=(10, 180),
+                    resource_version=version,
+                    timeout_seconds=WATCH_SECONDS,
+                    bookmarks=True,
                 )
-                self._response = response
-                for line in iter_resp_lines(response):
-                    if self._stop.is_set():
-                        return
-                    event = json.loads(line)
-                    if event["type"] == "ERROR":
-                        if event["object"].get("code") == 410:
-                            version = None
-                        break
-                    version = event["object"]["metadata"]["resourceVersion"]
-                    if event["type"] != "BOOKMARK":
-                        self._observe(event["type"], event["object"])
-            except Exception:  # a cut stream, a closed response, an API hiccup: watch again
+                with contextlib.closing(events):
+                    for event in events:
+                        if self._stop.is_set():
+                            return
+                        version = event["object"]["metadata"]["resourceVersion"]
+                        if event["type"] != "BOOKMARK":
+                            self._observe(event["type"], event["object"])
+            except Gone:  # the version is too old (an ERROR event of 410): list again
+                version = None
+            except Exception:  # a cut stream, an ERROR event, an API hiccup: watch again
                 if self._stop.is_set():
                     return
                 time.sleep(0.5)
@@ -422,7 +362,7 @@ def ensure_bench_profiles(kube: Kube, timeout: float = 90) -> None:
     admission = f"/api/v1/namespaces/{env.OPERATOR_NAMESPACE}/configmaps/{ADMISSION_CONFIGMAP}"
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        with contextlib.suppress(ApiException):
+        with contextlib.suppress(ApiError):
             published = kube.get(admission).get("data") or {}
             if all(key in published for key in BENCH_PROFILES):
                 return
@@ -443,7 +383,7 @@ def remove_bench_profiles(kube: Kube, notes: list[str]) -> None:
             {"data": dict.fromkeys(BENCH_PROFILES)},
             content_type="application/merge-patch+json",
         )
-    except (ApiException, RuntimeError) as error:
+    except (ApiError, RuntimeError) as error:
         notes.append(f"could not remove the benchmark profiles: {error}")
 
 
@@ -514,13 +454,15 @@ class Operator:
         ip = (self.pod().get("status") or {}).get("podIP")
         if not ip:
             return {}
+        connection = http.client.HTTPConnection(ip, 9090, timeout=5)
         try:
-            response = urllib3.PoolManager().request(
-                "GET", f"http://{ip}:9090/metrics", timeout=5, retries=False
-            )
-        except urllib3.exceptions.HTTPError:
+            connection.request("GET", "/metrics")
+            text = connection.getresponse().read().decode()
+        except (http.client.HTTPException, OSError):
             return {}
-        return parse_prometheus(response.data.decode())
+        finally:
+            connection.close()
+        return parse_prometheus(text)
 
 
 def parse_prometheus(text: str) -> dict[str, float]:
@@ -633,14 +575,14 @@ class FlowCounter:
         for schema in schemas:
             try:
                 self._kube.request("POST", path, schema)
-            except ApiException as error:
-                if error.status != 409:
+            except ApiError as error:
+                if not is_conflict(error):
                     raise
             self.names.append(schema["metadata"]["name"])
 
     def remove(self) -> None:
         for name in self.names:
-            with contextlib.suppress(ApiException, RuntimeError):
+            with contextlib.suppress(ApiError, RuntimeError):
                 patiently(
                     self._kube.request,
                     "DELETE",
@@ -652,7 +594,7 @@ class FlowCounter:
         """Requests dispatched so far per schema label (`ns-pods`, `pods`, ..., `other`)."""
         counts: dict[str, float] = {}
         marker = f'flow_schema="{FLOW_PREFIX}'
-        for key, value in parse_prometheus(self._kube.raw_text("/metrics")).items():
+        for key, value in parse_prometheus(self._kube.text("/metrics")).items():
             if key.startswith("apiserver_flowcontrol_dispatched_requests_total{") and marker in key:
                 label = key.split(marker, 1)[1].split('"', 1)[0]
                 counts[label] = counts.get(label, 0.0) + value
@@ -729,12 +671,12 @@ def patiently(function: Any, *args: Any, seconds: float = 120, **kwargs: Any) ->
     while True:
         try:
             return function(*args, **kwargs)
-        except (urllib3.exceptions.HTTPError, OSError) as error:
+        except (http.client.HTTPException, OSError) as error:
             if time.monotonic() > deadline:
                 raise RuntimeError(f"the API server did not answer for {seconds:.0f} s") from error
             time.sleep(2)
-        except ApiException as error:
-            if error.status not in (0, 429, 500, 502, 503, 504) or time.monotonic() > deadline:
+        except ApiError as error:
+            if error.status not in RETRIED_STATUSES or time.monotonic() > deadline:
                 raise
             time.sleep(2)
 
@@ -742,7 +684,7 @@ def patiently(function: Any, *args: Any, seconds: float = 120, **kwargs: Any) ->
 def cluster_ready(kube: Kube) -> str | None:
     """None when the API server and the operator answer; else what is wrong."""
     try:
-        kube.raw_text("/readyz")
+        kube.text("/readyz")
     except Exception as error:
         return f"the API server does not answer ({type(error).__name__})"
     try:
@@ -761,7 +703,7 @@ def clean_leftovers(kube: Kube, notes: list[str]) -> None:
     for item in schemas:
         name = item["metadata"]["name"]
         if name.startswith(FLOW_PREFIX):
-            with contextlib.suppress(ApiException):
+            with contextlib.suppress(ApiError):
                 kube.request("DELETE", f"/apis/flowcontrol.apiserver.k8s.io/v1/flowschemas/{name}")
     remove_bench_profiles(kube, notes)
 

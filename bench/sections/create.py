@@ -14,8 +14,6 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from kubernetes.client.exceptions import ApiException
-
 from bench import docker as docker_mod
 from bench import env
 from bench.cluster_side import (
@@ -122,13 +120,13 @@ class Harness:
                 self.docker.run("rm", "-f", *names, timeout=300)
             return
         for name in names:
-            with contextlib.suppress(ApiException, ApiError):
+            with contextlib.suppress(ApiError):
                 if kind == "sandbox":
                     self.client.delete(name)
                 else:
                     namespace = self.ns_sbx if kind == "direct_pod" else self.ns_pods
                     self.kube.request(
-                        "DELETE", f"{pods_path(namespace)}/{name}", query={"gracePeriodSeconds": 0}
+                        "DELETE", f"{pods_path(namespace)}/{name}", params={"gracePeriodSeconds": 0}
                     )
         watch = self.pods_plain if kind in ("bare_runc", "bare_gvisor") else self.pods_sbx
         for name in names:
@@ -347,7 +345,7 @@ def cpu_sweep(
                     waits.append(f"{cpu}: {scheduled - started:.0f} s")
             except Exception as error:
                 errors.append(f"cpu sweep {cpu}: {error}")
-            with contextlib.suppress(ApiException):
+            with contextlib.suppress(ApiError):
                 harness.kube.request("DELETE", f"{pods_path(harness.ns_sbx)}/{name}")
             with contextlib.suppress(TimeoutError):
                 harness.pods_sbx.wait(name, "deleted", 120)

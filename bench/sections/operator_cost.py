@@ -16,8 +16,6 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from kubernetes.client.exceptions import ApiException
-
 from bench import env
 from bench.cluster_side import (
     BENCH_LABEL,
@@ -34,6 +32,7 @@ from bench.cluster_side import (
 )
 from bench.results import Section
 from openblox.client import Client
+from openblox.transport import ApiError, is_conflict
 
 TITLES = {"operator": "Operator: API requests per lifecycle, RSS at 0/100/1,000 Sandboxes, reaper"}
 MIB = 2**20
@@ -299,8 +298,8 @@ def _create_many(kube: Kube, namespace: str, start: int, stop: int) -> list[str]
             try:
                 kube.request("POST", sandboxes_path(namespace), body)
                 break
-            except ApiException as error:
-                if error.status == 409:
+            except ApiError as error:
+                if is_conflict(error):
                     break
                 if attempt == 4:
                     raise
@@ -414,7 +413,7 @@ def memory_at_scale(ctx: Any, section: Section, operator: Operator, flows: FlowC
         section.notes.append(stopped)
     # Tear down and see whether the memory comes back.
     started = time.monotonic()
-    with contextlib.suppress(ApiException):
+    with contextlib.suppress(ApiError):
         kube.request("DELETE", sandboxes_path(namespace))
     while kube.get(sandboxes_path(namespace)).get("items"):
         if time.monotonic() - started > 300:

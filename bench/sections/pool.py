@@ -20,8 +20,6 @@ import threading
 import time
 from typing import Any
 
-from kubernetes.client.exceptions import ApiException
-
 from bench import docker as docker_mod
 from bench import env, node_cpu
 from bench.claims import Claim, summarize_run, sustained_rate
@@ -36,6 +34,7 @@ from bench.cluster_side import (
 from bench.results import Section
 from openblox.client import Client
 from openblox.pool.plan import RefillPacer
+from openblox.transport import ApiError
 
 TITLES = {
     "pool": "Warm pool: claim create→Ready (burst; 1, 2, 5/s sustained) vs cold create and Docker"
@@ -157,7 +156,7 @@ def _api_floor(kube: Kube, namespace: str, count: int) -> list[float]:
     for thread in threads:
         thread.join()
     for index in range(count):
-        with contextlib.suppress(ApiException):
+        with contextlib.suppress(ApiError):
             kube.request("DELETE", f"{base}/floor-{index}")
     return results
 
@@ -435,7 +434,7 @@ def run(ctx: Any, section: Section) -> None:
         "nothing; the refill (a gVisor boot and a boundary probe per pod) does. Refill: at most "
         f"{PACER.rate:g} pods/s, {PACER.in_flight} starting at once (pool/plan.py)."
     )
-    with contextlib.suppress(ApiException):
+    with contextlib.suppress(ApiError):
         _set_pool(kube, ns_warm, None)
 
 

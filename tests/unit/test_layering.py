@@ -379,6 +379,44 @@ def test_the_transport_check_catches_each_way_round_it(source: str) -> None:
     assert list(transport_violations(PACKAGE / "cli" / "main.py", source))
 
 
+# The `kubernetes` package, and urllib3, which only it brings into the bench extra.
+KUBERNETES_PACKAGE = ("kubernetes", "kubernetes_asyncio", "urllib3")
+
+
+def bench_kubernetes_imports(path: Path, source: str) -> list[str]:
+    """The `kubernetes` package's modules `source`, the bench module at `path`, imports."""
+    package = ".".join(path.relative_to(REPOSITORY).parts[:-1])
+    return [
+        module for module in imported_modules(source, package) if within(module, KUBERNETES_PACKAGE)
+    ]
+
+
+def test_only_the_client_library_benchmark_imports_the_kubernetes_package() -> None:
+    """The benchmarks' harness goes through `openblox.transport` like everything else (ADR
+    0018); the `bench` extra installs `kubernetes` only for the client-library comparison,
+    which measures it against lightkube, kr8s and the transport."""
+    violations = [
+        f"{path.relative_to(REPOSITORY)} imports {module}"
+        for path in sorted((REPOSITORY / "bench").rglob("*.py"))
+        if path != MEASURES_OTHER_LIBRARIES
+        for module in bench_kubernetes_imports(path, path.read_text())
+    ]
+    assert violations == []
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "import kubernetes\n",
+        "from kubernetes.client.exceptions import ApiException\n",
+        "def f():\n    from kubernetes import client\n",
+        "import urllib3\n",
+    ],
+)
+def test_the_bench_check_catches_each_import_of_the_kubernetes_package(source: str) -> None:
+    assert bench_kubernetes_imports(REPOSITORY / "bench" / "cluster_side.py", source)
+
+
 # ------------------------------------------------------------------ no import cycles
 
 

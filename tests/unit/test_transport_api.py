@@ -4,8 +4,10 @@ retried with a fresh token, and watch events read line by line."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -47,9 +49,16 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_header("Content-Length", str(len(data)))
             self.end_headers()
             self.wfile.write(data)
+        elif self.path.startswith("/slow"):
+            time.sleep(0.5)
+            self._answer(200, {})
         elif "watch=1" in self.path:
             self.send_response(200)
             self.end_headers()
+            if "allowWatchBookmarks=true" in self.path:
+                bookmark = {"kind": "Pod", "metadata": {"resourceVersion": "9"}}
+                self.wfile.write(json.dumps({"type": "BOOKMARK", "object": bookmark}).encode())
+                self.wfile.write(b"\n")
             self.wfile.write(b'{"type":"ADDED","object":{"n":1}}\n\n')
             expired = {"kind": "Status", "code": 410, "reason": "Expired", "message": "too old"}
             self.wfile.write(json.dumps({"type": "ERROR", "object": expired}).encode() + b"\n")
@@ -115,6 +124,25 @@ def test_a_watch_yields_events_then_raises_the_error_event(server: tuple[str, Pa
     with pytest.raises(Gone, match="too old"):
         next(events)
     assert "resourceVersion=5" in _Handler.seen[0][1]
+
+
+def test_a_watch_asked_for_bookmarks_yields_them(server: tuple[str, Path]) -> None:
+    address, token = server
+    token.write_text("fresh")
+    api = Api(Session(Credentials(server=address, token_file=str(token))))
+    events = api.watch("/api/v1/pods", resource_version="5", timeout_seconds=3, bookmarks=True)
+    assert next(events)["type"] == "BOOKMARK"
+    assert next(events)["type"] == "ADDED"
+    assert "allowWatchBookmarks=true" in _Handler.seen[0][1]
+
+
+def test_a_request_waits_no_longer_than_its_timeout(server: tuple[str, Path]) -> None:
+    address, token = server
+    token.write_text("fresh")
+    api = Api(Session(Credentials(server=address, token_file=str(token))), request_timeout=0.1)
+    assert api.guarded(contextlib.nullcontext).request_timeout == 0.1
+    with pytest.raises(TimeoutError):
+        api.get("/slow")
 
 
 def test_a_text_answer_is_read_as_text_and_a_refusal_raises_its_type(

@@ -212,6 +212,8 @@ def test_a_watch_starts_after_the_version_it_was_given() -> None:
         "timeoutSeconds": 5,
         "allowWatchBookmarks": "false",
     }
+    asked = rest.watch_params({}, resource_version="7", timeout_seconds=5, bookmarks=True)
+    assert asked["allowWatchBookmarks"] == "true"
 
 
 def test_watch_lines_are_events_and_an_error_event_raises_its_type() -> None:

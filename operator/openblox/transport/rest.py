@@ -46,15 +46,20 @@ def target(prefix: str, request_path: str, params: Mapping[str, Any] | None = No
 
 
 def watch_params(
-    params: Mapping[str, Any], *, resource_version: str | None, timeout_seconds: int
+    params: Mapping[str, Any],
+    *,
+    resource_version: str | None,
+    timeout_seconds: int,
+    bookmarks: bool = False,
 ) -> dict[str, Any]:
-    """The query of one watch request, starting after `resource_version`."""
+    """The query of one watch request, starting after `resource_version`; with `bookmarks`,
+    the server also sends BOOKMARK events that carry only a newer resourceVersion."""
     return {
         **params,
         "watch": "1",
         "resourceVersion": resource_version,
         "timeoutSeconds": timeout_seconds,
-        "allowWatchBookmarks": "false",
+        "allowWatchBookmarks": "true" if bookmarks else "false",
     }
 
 
@@ -104,12 +109,14 @@ class Call(NamedTuple):
 
 
 class Watch(NamedTuple):
-    """One watch request: the events after `resource_version`, for `timeout_seconds`."""
+    """One watch request: the events after `resource_version`, for `timeout_seconds`
+    (BOOKMARK events too, with `bookmarks`)."""
 
     path: str
     resource_version: str | None
     timeout_seconds: int
     params: Mapping[str, Any]
+    bookmarks: bool = False
 
 
 class Prepared(NamedTuple):
@@ -147,6 +154,7 @@ class Endpoint:
             watch.params,
             resource_version=watch.resource_version,
             timeout_seconds=watch.timeout_seconds,
+            bookmarks=watch.bookmarks,
         )
         where = target(self.prefix, watch.path, query)
         return Prepared("GET", where, self.headers(authorization, None))

@@ -10,7 +10,7 @@ from __future__ import annotations
 import http.client
 import ssl
 import threading
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Generator, Mapping
 from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 from urllib.parse import urlsplit
@@ -47,7 +47,8 @@ WriteGuard = Callable[[], AbstractContextManager[object]]
 class Api:
     """Requests with one session's credentials. `write_guard`, if given, is entered around
     every request that changes something; it raises to refuse it (the operator's fence: a
-    replica that does not hold the Lease writes nothing)."""
+    replica that does not hold the Lease writes nothing). `request_timeout` bounds each
+    socket operation of a request (not of a watch)."""
 
     def __init__(
         self,
@@ -56,9 +57,11 @@ class Api:
         *,
         user_agent: str = COMMAND,
         extra_headers: Mapping[str, str] | None = None,
+        request_timeout: float = REQUEST_TIMEOUT_SECONDS,
     ) -> None:
         self.session = session
         self._write_guard = write_guard
+        self.request_timeout = request_timeout
         self._endpoint = Endpoint(session.server, user_agent, extra_headers)
         parts = urlsplit(session.server)
         self._https = parts.scheme == "https"
@@ -73,6 +76,7 @@ class Api:
             write_guard,
             user_agent=self._endpoint.user_agent,
             extra_headers=self._endpoint.extra_headers,
+            request_timeout=self.request_timeout,
         )
 
     def guard_write(self) -> None:
@@ -130,7 +134,7 @@ class Api:
             connection: http.client.HTTPConnection | None = getattr(self._local, "conn", None)
             fresh = connection is None
             if connection is None:
-                connection = self._connection(REQUEST_TIMEOUT_SECONDS)
+                connection = self._connection(self.request_timeout)
                 self._local.conn = connection
             try:
                 connection.request(
@@ -178,11 +182,13 @@ class Api:
         *,
         resource_version: str | None,
         timeout_seconds: int,
+        bookmarks: bool = False,
         **params: Any,
-    ) -> Iterator[dict[str, Any]]:
-        """Events of one watch request (ends when the server closes it), on its own connection."""
+    ) -> Generator[dict[str, Any], None, None]:
+        """Events of one watch request (ends when the server closes it), on its own connection;
+        BOOKMARK events too, with `bookmarks`."""
         connection = self._connection(timeout_seconds + 30.0)
-        watch = Watch(request_path, resource_version, timeout_seconds, params)
+        watch = Watch(request_path, resource_version, timeout_seconds, params, bookmarks)
         prepared = self._endpoint.prepare_watch(watch, self.session.authorization())
         try:
             connection.request("GET", prepared.target, headers=dict(prepared.headers))
