@@ -164,6 +164,17 @@ def test_a_sandbox_gets_a_warm_pod_and_the_pool_refills(
         # The caller's tools follow status.podName (a tenant's plain kubectl exec too).
         result = operator.exec(name, pool_ns, "python3", "-c", "print(6*7)")
         assert result.stdout.strip() == "42", result.stderr
+        # A warm pod is as hardened as a cold one: until the NRI plugin took pool pods too,
+        # a program copied into a handed-out pod's /tmp ran, and /dev/shm had no bound.
+        hardened = operator.exec(
+            name,
+            pool_ns,
+            "/bin/sh",
+            "-c",
+            "cp /bin/true /tmp/t; /tmp/t && echo ran; grep ' /dev/shm ' /proc/self/mountinfo",
+        )
+        assert "ran" not in hardened.stdout, hardened.stdout
+        assert "noexec" in hardened.stdout and "size=" in hardened.stdout, hardened.stdout
         wait_warm(operator, pool_ns, pool, 2)  # refilled
         operator.kubectl("delete", "sandbox", "quick", "-n", pool_ns)
         wait_for(

@@ -204,3 +204,30 @@ def test_a_pod_on_an_unprepared_node_is_never_ready_goes_and_the_next_waits_and_
     assert terms[0]["preference"]["matchFields"] == [
         {"key": "metadata.name", "operator": "NotIn", "values": ["node-1"]}
     ]
+
+
+def test_a_pod_behind_another_boundary_is_a_mismatch_whatever_else_it_lacks(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """runc gives a pod an eth0 as well: the graver finding, the boundary, is reported."""
+
+    def probe(_kube: object, _ns: str, _pod: str, _kernel: str, _needs: Any) -> ProbeVerdict:
+        return ProbeVerdict("none", ("network interfaces besides lo: eth0",))
+
+    monkeypatch.setattr(pod_boundaries, "probe_boundary", probe)
+    kube = FakeKube()
+    reconciler, watched, cache = _operator(kube)
+    _watch_everything(watched)
+    kube.objects["/api/v1/nodes/node-1"] = {"status": {"nodeInfo": {"kernelVersion": "6.1"}}}
+    sandbox = _cached(cache)
+    reconciler.reconcile(sandbox, "sandbox")
+    pod = kube.objects[f"/api/v1/namespaces/team-a/pods/{pod_name(sandbox)}"]
+    watched.pod_seen(
+        {
+            **pod,
+            "spec": {**pod["spec"], "nodeName": "node-1"},
+            "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]},
+        }
+    )
+    reconciler.reconcile(cache.get("team-a", "demo"), "pod")  # type: ignore[arg-type]
+    assert _ready(cache) == ("False", "BoundaryMismatch")

@@ -99,7 +99,8 @@ class PodBoundaries:
                 if key is not None:
                     self._requeue.after(key, PROBE_RETRY_SECONDS)
                 return None
-            if observed.unmet:
+            if observed.unmet and observed.boundary == expected:
+                # Another boundary than the profile's is the graver finding (mismatch).
                 self._unprepared[uid] = observed.unmet
                 return None
             self._seen[uid] = observed.boundary
