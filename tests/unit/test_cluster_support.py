@@ -14,8 +14,8 @@ from openblox.models.cluster_support import (
     MINIMUM_KUBERNETES,
     MINIMUM_KUBERNETES_TEXT,
     QUOTED_CHARACTERS,
-    Problem,
     Severity,
+    SupportProblem,
     errors,
     kubernetes_version,
     node_findings,
@@ -43,7 +43,7 @@ def version(git_version: object, minor: object = "30") -> dict[str, Any]:
     return {"major": "1", "minor": minor, "gitVersion": git_version, "platform": "linux/amd64"}
 
 
-def problems(findings: list[Any]) -> list[tuple[Problem, Severity]]:
+def problems(findings: list[Any]) -> list[tuple[SupportProblem, Severity]]:
     return [(finding.problem, finding.severity) for finding in findings]
 
 
@@ -92,7 +92,7 @@ def test_a_supported_server_has_no_findings(git_version: str) -> None:
 
 def test_an_older_server_is_refused_with_the_minimum_and_its_version() -> None:
     findings = server_findings(version("v1.29.4"), SERVED, SERVER)
-    assert problems(findings) == [(Problem.KUBERNETES_TOO_OLD, Severity.ERROR)]
+    assert problems(findings) == [(SupportProblem.KUBERNETES_TOO_OLD, Severity.ERROR)]
     assert findings[0].message == (
         "openblox needs Kubernetes 1.30 or newer (ValidatingAdmissionPolicy "
         "admissionregistration.k8s.io/v1, exec over WebSocket v5); the API server at "
@@ -103,14 +103,14 @@ def test_an_older_server_is_refused_with_the_minimum_and_its_version() -> None:
 @pytest.mark.parametrize("git_version", ["v1.29.15-gke.1200", "v1.0.0", "v0.99.0", "v1.9.0"])
 def test_every_version_below_the_minimum_is_an_error(git_version: str) -> None:
     assert problems(server_findings(version(git_version), SERVED, SERVER)) == [
-        (Problem.KUBERNETES_TOO_OLD, Severity.ERROR)
+        (SupportProblem.KUBERNETES_TOO_OLD, Severity.ERROR)
     ]
 
 
 @pytest.mark.parametrize("body", [None, {}, [], "v1.29.0", version("garbage"), version(7)])
 def test_an_unreadable_version_is_a_warning_not_a_refusal(body: object) -> None:
     findings = server_findings(body, SERVED, SERVER)
-    assert problems(findings) == [(Problem.KUBERNETES_VERSION_UNKNOWN, Severity.WARNING)]
+    assert problems(findings) == [(SupportProblem.KUBERNETES_VERSION_UNKNOWN, Severity.WARNING)]
     assert "was not checked" in findings[0].message
     assert refusal(findings, "nothing was installed") is None
 
@@ -124,7 +124,7 @@ def test_a_hostile_version_is_quoted_bounded_and_printable() -> None:
 
 def test_a_server_without_the_admission_group_version_is_refused() -> None:
     findings = server_findings(version("v1.30.0"), None, SERVER)
-    assert problems(findings) == [(Problem.ADMISSION_POLICY_NOT_SERVED, Severity.ERROR)]
+    assert problems(findings) == [(SupportProblem.ADMISSION_POLICY_NOT_SERVED, Severity.ERROR)]
     assert "does not serve admissionregistration.k8s.io/v1 at all" in findings[0].message
     assert "Kubernetes 1.30 or newer" in findings[0].message
 
@@ -133,7 +133,7 @@ def test_a_server_without_the_admission_group_version_is_refused() -> None:
 def test_a_server_that_hides_the_policy_resources_is_refused_and_told_which(hidden: str) -> None:
     body = {**SERVED, "resources": [r for r in SERVED["resources"] if r["name"] != hidden]}
     [finding] = server_findings(version("v1.31.0"), body, SERVER)
-    assert finding.problem is Problem.ADMISSION_POLICY_NOT_SERVED
+    assert finding.problem is SupportProblem.ADMISSION_POLICY_NOT_SERVED
     assert f"does not serve {hidden} in admissionregistration.k8s.io/v1" in finding.message
     assert "--runtime-config" in finding.message
 
@@ -151,7 +151,7 @@ def test_a_server_that_hides_the_policy_resources_is_refused_and_told_which(hidd
 )
 def test_a_discovery_body_of_another_shape_serves_nothing(body: object) -> None:
     assert problems(server_findings(version("v1.30.0"), body, SERVER)) == [
-        (Problem.ADMISSION_POLICY_NOT_SERVED, Severity.ERROR)
+        (SupportProblem.ADMISSION_POLICY_NOT_SERVED, Severity.ERROR)
     ]
 
 
@@ -215,7 +215,7 @@ def test_a_gvisor_node_with_containerd_2_and_runsc_has_no_findings(runtime: str)
 )
 def test_containerd_1_on_a_gvisor_node_is_an_error_naming_it(runtime: str, shown: str) -> None:
     findings = node_findings(nodes(node("gpu-7", runtime=runtime)))
-    assert problems(findings) == [(Problem.CONTAINERD_TOO_OLD, Severity.ERROR)]
+    assert problems(findings) == [(SupportProblem.CONTAINERD_TOO_OLD, Severity.ERROR)]
     assert findings[0].node == "gpu-7"
     assert findings[0].message == (
         f"node gpu-7 runs containerd {shown}; openblox needs containerd 2.0 or newer on every "
@@ -231,12 +231,14 @@ def test_a_node_without_the_label_is_not_read() -> None:
 def test_a_label_of_another_value_does_not_count() -> None:
     other = node("maybe", runtime="containerd://1.7.0")
     other["metadata"]["labels"][LABEL_GVISOR_NODE] = "True"
-    assert problems(node_findings(nodes(other))) == [(Problem.NO_GVISOR_NODE, Severity.WARNING)]
+    assert problems(node_findings(nodes(other))) == [
+        (SupportProblem.NO_GVISOR_NODE, Severity.WARNING)
+    ]
 
 
 def test_a_missing_runsc_handler_is_an_error_that_lists_what_the_node_has() -> None:
     findings = node_findings(nodes(node("w2", handlers=("", "runc", "kata"))))
-    assert problems(findings) == [(Problem.RUNSC_HANDLER_MISSING, Severity.ERROR)]
+    assert problems(findings) == [(SupportProblem.RUNSC_HANDLER_MISSING, Severity.ERROR)]
     message = findings[0].message
     assert message.startswith("node w2 is labelled openblox.sh/gvisor=true, but its containerd")
     assert "(it reports (default), runc, kata)" in message
@@ -253,7 +255,7 @@ def test_a_long_handler_list_is_cut_short() -> None:
 @pytest.mark.parametrize("handlers", [None, [], "runsc", {"name": "runsc"}, [None, 3]])
 def test_unreported_handlers_are_a_warning_not_proof_of_absence(handlers: object) -> None:
     findings = node_findings(nodes(node("old-kubelet", handlers=handlers)))
-    assert problems(findings) == [(Problem.HANDLERS_NOT_REPORTED, Severity.WARNING)]
+    assert problems(findings) == [(SupportProblem.HANDLERS_NOT_REPORTED, Severity.WARNING)]
     assert "was not checked" in findings[0].message
     assert refusal(findings, "nothing was installed") is None
 
@@ -262,27 +264,27 @@ def test_containerd_1_without_reported_handlers_is_refused_for_its_version() -> 
     # containerd 1.7 reports no handlers; its version alone refuses it.
     findings = node_findings(nodes(node(runtime="containerd://1.7.35", handlers=None)))
     assert problems(findings) == [
-        (Problem.CONTAINERD_TOO_OLD, Severity.ERROR),
-        (Problem.HANDLERS_NOT_REPORTED, Severity.WARNING),
+        (SupportProblem.CONTAINERD_TOO_OLD, Severity.ERROR),
+        (SupportProblem.HANDLERS_NOT_REPORTED, Severity.WARNING),
     ]
 
 
 @pytest.mark.parametrize("runtime", [None, "", "containerd", "containerd://", "2.0.0", 2, ["x"]])
 def test_an_unreadable_runtime_version_is_a_warning(runtime: object) -> None:
     findings = node_findings(nodes(node(runtime=runtime)))
-    assert problems(findings) == [(Problem.RUNTIME_VERSION_UNKNOWN, Severity.WARNING)]
+    assert problems(findings) == [(SupportProblem.RUNTIME_VERSION_UNKNOWN, Severity.WARNING)]
 
 
 def test_another_runtime_is_a_warning_naming_it() -> None:
     [finding] = node_findings(nodes(node("crio-1", runtime="cri-o://1.30.2")))
-    assert (finding.problem, finding.severity) == (Problem.NOT_CONTAINERD, Severity.WARNING)
+    assert (finding.problem, finding.severity) == (SupportProblem.NOT_CONTAINERD, Severity.WARNING)
     assert finding.message.startswith("node crio-1 runs cri-o 1.30;")
 
 
 @pytest.mark.parametrize("body", [None, {}, {"items": None}, {"items": "x"}, [], "garbage"])
 def test_no_labelled_node_is_a_warning(body: object) -> None:
     findings = node_findings(body)
-    assert problems(findings) == [(Problem.NO_GVISOR_NODE, Severity.WARNING)]
+    assert problems(findings) == [(SupportProblem.NO_GVISOR_NODE, Severity.WARNING)]
     assert "RuntimeUnavailable" in findings[0].message
 
 
@@ -293,8 +295,8 @@ def test_nodes_of_another_shape_are_skipped_or_read_as_far_as_they_go() -> None:
     }
     findings = node_findings(nodes(None, 3, {"metadata": None}, broken))
     assert problems(findings) == [
-        (Problem.RUNTIME_VERSION_UNKNOWN, Severity.WARNING),
-        (Problem.HANDLERS_NOT_REPORTED, Severity.WARNING),
+        (SupportProblem.RUNTIME_VERSION_UNKNOWN, Severity.WARNING),
+        (SupportProblem.HANDLERS_NOT_REPORTED, Severity.WARNING),
     ]
     assert findings[0].node == "<list>"
 
@@ -309,8 +311,8 @@ def test_each_bad_node_gets_its_own_finding_and_one_refusal_names_both() -> None
         nodes(node("a", runtime="containerd://1.7.1"), node("b", handlers=("runc",)), node("c"))
     )
     assert [(f.node, f.problem) for f in findings] == [
-        ("a", Problem.CONTAINERD_TOO_OLD),
-        ("b", Problem.RUNSC_HANDLER_MISSING),
+        ("a", SupportProblem.CONTAINERD_TOO_OLD),
+        ("b", SupportProblem.RUNSC_HANDLER_MISSING),
     ]
     message = refusal(findings, "nothing was installed")
     assert message is not None
@@ -320,8 +322,8 @@ def test_each_bad_node_gets_its_own_finding_and_one_refusal_names_both() -> None
 
 def test_errors_and_warnings_split_the_findings() -> None:
     findings = node_findings(nodes(node("a", runtime="containerd://1.7.1", handlers=None)))
-    assert [f.problem for f in errors(findings)] == [Problem.CONTAINERD_TOO_OLD]
-    assert [f.problem for f in warnings(findings)] == [Problem.HANDLERS_NOT_REPORTED]
+    assert [f.problem for f in errors(findings)] == [SupportProblem.CONTAINERD_TOO_OLD]
+    assert [f.problem for f in warnings(findings)] == [SupportProblem.HANDLERS_NOT_REPORTED]
     assert refusal(warnings(findings), "x") is None
 
 

@@ -11,10 +11,10 @@ import pytest
 from openblox.preview.keys import KeyRing, KeyRingError, MountedKeyRing
 from openblox.preview.tokens import (
     MAX_TTL_SECONDS,
-    Expired,
     Forged,
     Grant,
     Malformed,
+    TokenExpired,
     UnknownKey,
     sign,
     verify,
@@ -34,9 +34,9 @@ def test_round_trip() -> None:
 
 def test_expired_at_and_after_expiry() -> None:
     token = sign(GRANT, "k1", KEY)
-    with pytest.raises(Expired):
+    with pytest.raises(TokenExpired):
         verify(token, {"k1": KEY}, NOW + 600)
-    with pytest.raises(Expired):
+    with pytest.raises(TokenExpired):
         verify(token, {"k1": KEY}, NOW + 10_000)
 
 

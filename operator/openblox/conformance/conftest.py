@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from openblox.conformance.runner import Session
+from openblox.conformance.runner import ConformanceRun
 from openblox.conformance.scorecard import slug
 from openblox.conformance.settings import Settings
 
@@ -23,9 +23,9 @@ _written: list[Path] = []
 
 
 @pytest.fixture(scope="session")
-def conformance() -> Iterator[Session]:
+def conformance() -> Iterator[ConformanceRun]:
     settings = Settings.from_environment()
-    session = Session(settings)
+    session = ConformanceRun(settings)
     try:
         yield session
     finally:

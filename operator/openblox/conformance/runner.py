@@ -137,7 +137,7 @@ def cluster_facts(kube: Kube) -> dict[str, str]:
     return facts
 
 
-class Session:
+class ConformanceRun:
     """A run in progress: one backend, its profiles as targets, results as they come.
 
     ``run_suite`` drives one from start to end; the pytest plugin drives one test at a
@@ -200,7 +200,7 @@ def run_suite(
     """Run the chosen properties against every profile of one backend; always returns a
     scorecard (a setup failure makes every property fail with its reason)."""
     chosen = list(properties) if properties is not None else list(select(settings.only))
-    session = Session(settings, kube=kube)
+    session = ConformanceRun(settings, kube=kube)
     try:
         for profile in settings.profiles:
             for prop in chosen:

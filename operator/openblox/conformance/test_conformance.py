@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from openblox.conformance.properties import Property, select
-from openblox.conformance.runner import Session
+from openblox.conformance.runner import ConformanceRun
 from openblox.conformance.scorecard import Status
 from openblox.conformance.settings import Settings
 
@@ -22,7 +22,7 @@ _CASES = [(profile, prop) for profile in _SETTINGS.profiles for prop in select(_
     _CASES,
     ids=[f"{profile}:{prop.id}" for profile, prop in _CASES],
 )
-def test_property(conformance: Session, profile: str, prop: Property) -> None:
+def test_property(conformance: ConformanceRun, profile: str, prop: Property) -> None:
     result = conformance.run(profile, prop)
     if result.status is Status.UNSUPPORTED:
         pytest.skip(f"unsupported by {conformance.backend.name}: {result.evidence}")

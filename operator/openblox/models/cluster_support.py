@@ -58,7 +58,7 @@ class Severity(StrEnum):
     WARNING = "warning"
 
 
-class Problem(StrEnum):
+class SupportProblem(StrEnum):
     """What a finding is about; tests and callers match on these, not on the words."""
 
     KUBERNETES_TOO_OLD = "KubernetesTooOld"
@@ -74,7 +74,7 @@ class Problem(StrEnum):
 
 @dataclass(frozen=True)
 class Finding:
-    problem: Problem
+    problem: SupportProblem
     severity: Severity
     message: str
     node: str | None = None
@@ -125,7 +125,7 @@ def _version_findings(version: object, server: str) -> list[Finding]:
     if found is None:
         return [
             Finding(
-                Problem.KUBERNETES_VERSION_UNKNOWN,
+                SupportProblem.KUBERNETES_VERSION_UNKNOWN,
                 Severity.WARNING,
                 f"the API server at {server} gives no version openblox can read "
                 f"(gitVersion {quoted(git_version)}); openblox needs "
@@ -136,7 +136,7 @@ def _version_findings(version: object, server: str) -> list[Finding]:
         return []
     return [
         Finding(
-            Problem.KUBERNETES_TOO_OLD,
+            SupportProblem.KUBERNETES_TOO_OLD,
             Severity.ERROR,
             f"openblox needs {MINIMUM_KUBERNETES_TEXT} or newer ({MINIMUM_BECAUSE}); "
             f"the API server at {server} is {quoted(git_version)}",
@@ -156,7 +156,7 @@ def _admission_findings(discovery: object, server: str) -> list[Finding]:
     )
     return [
         Finding(
-            Problem.ADMISSION_POLICY_NOT_SERVED,
+            SupportProblem.ADMISSION_POLICY_NOT_SERVED,
             Severity.ERROR,
             f"openblox needs ValidatingAdmissionPolicy {ADMISSION_GROUP_VERSION} "
             f"({MINIMUM_KUBERNETES_TEXT} or newer, where it is on by default); the API server "
@@ -186,7 +186,7 @@ def node_findings(node_list: object) -> list[Finding]:
     if not nodes:
         return [
             Finding(
-                Problem.NO_GVISOR_NODE,
+                SupportProblem.NO_GVISOR_NODE,
                 Severity.WARNING,
                 f"no node is labelled {LABEL_GVISOR_NODE}=true: every Sandbox stays "
                 f"RuntimeUnavailable until a node with gVisor's {RUNTIME_HANDLER_GVISOR} "
@@ -229,7 +229,7 @@ def _runtime_findings(node: Mapping[str, Any], name: str) -> list[Finding]:
     if match is None:
         return [
             Finding(
-                Problem.RUNTIME_VERSION_UNKNOWN,
+                SupportProblem.RUNTIME_VERSION_UNKNOWN,
                 Severity.WARNING,
                 f"node {name} reports no container runtime version openblox can read "
                 f"({quoted(reported)}); openblox needs containerd "
@@ -242,7 +242,7 @@ def _runtime_findings(node: Mapping[str, Any], name: str) -> list[Finding]:
     if runtime != "containerd":
         return [
             Finding(
-                Problem.NOT_CONTAINERD,
+                SupportProblem.NOT_CONTAINERD,
                 Severity.WARNING,
                 f"node {name} runs {runtime} {version}; openblox is built and tested for "
                 f"containerd {MINIMUM_CONTAINERD_MAJOR}.0 or newer (its runsc handler and "
@@ -254,7 +254,7 @@ def _runtime_findings(node: Mapping[str, Any], name: str) -> list[Finding]:
         return []
     return [
         Finding(
-            Problem.CONTAINERD_TOO_OLD,
+            SupportProblem.CONTAINERD_TOO_OLD,
             Severity.ERROR,
             f"node {name} runs containerd {quoted(text.partition('://')[2])}; openblox "
             f"needs containerd {MINIMUM_CONTAINERD_MAJOR}.0 or newer on every node labelled "
@@ -275,7 +275,7 @@ def _handler_findings(node: Mapping[str, Any], name: str) -> list[Finding]:
         # An older kubelet or runtime reports none: that is not proof the handler is missing.
         return [
             Finding(
-                Problem.HANDLERS_NOT_REPORTED,
+                SupportProblem.HANDLERS_NOT_REPORTED,
                 Severity.WARNING,
                 f"node {name} reports no runtime handlers (status.runtimeHandlers is empty), "
                 f"so whether its containerd has a {RUNTIME_HANDLER_GVISOR} handler was not "
@@ -289,7 +289,7 @@ def _handler_findings(node: Mapping[str, Any], name: str) -> list[Finding]:
     more = f" and {len(names) - QUOTED_HANDLERS} more" if len(names) > QUOTED_HANDLERS else ""
     return [
         Finding(
-            Problem.RUNSC_HANDLER_MISSING,
+            SupportProblem.RUNSC_HANDLER_MISSING,
             Severity.ERROR,
             f"node {name} is labelled {LABEL_GVISOR_NODE}=true, but its containerd has no "
             f"{RUNTIME_HANDLER_GVISOR} handler (it reports {', '.join(shown)}{more}); add "

@@ -49,7 +49,7 @@ DENIED = Counter(
 RELAYED = Counter("openblox_preview_relayed", "Requests relayed to a sandbox")
 
 
-class Backend(Protocol):
+class Upstream(Protocol):
     def open(self, grant: Grant) -> Tunnel: ...
 
 
@@ -66,7 +66,7 @@ class Request:
 class Conversation:
     """One client connection: a series of requests, each checked, then relayed."""
 
-    def __init__(self, sock: socket.socket, backend: Backend, watch: PermitWatch) -> None:
+    def __init__(self, sock: socket.socket, backend: Upstream, watch: PermitWatch) -> None:
         self._sock = sock
         self._backend = backend
         self._watch = watch

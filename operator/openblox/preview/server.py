@@ -23,7 +23,7 @@ from typing import Any
 from prometheus_client import Counter, Gauge
 
 from openblox.names import CONTAINER_NAME, GROUP, LABEL_SANDBOX, PLURAL, VERSION
-from openblox.preview.conversation import Backend, Conversation
+from openblox.preview.conversation import Conversation, Upstream
 from openblox.preview.http11 import HTTPError, json_response
 from openblox.preview.permits import PermitWatch
 from openblox.preview.relay import Tunnel, agent_argv
@@ -140,7 +140,7 @@ class PreviewServer(socketserver.ThreadingTCPServer):
         self,
         address: tuple[str, int],
         keys: Callable[[], Mapping[str, bytes]],
-        backend: Backend,
+        backend: Upstream,
     ) -> None:
         self.backend = backend
         # Runs until the process ends, through the drain too: a connection given time to

@@ -49,7 +49,7 @@ class Forged(TokenError):
     reason = "forged"
 
 
-class Expired(TokenError):
+class TokenExpired(TokenError):
     reason = "expired"
 
 
@@ -147,7 +147,7 @@ def verify(
     ):
         raise Malformed("bad payload")
     if grant.expires <= now:
-        raise Expired("expired")
+        raise TokenExpired("expired")
     if grant.expires > now + max_ttl:
         raise Malformed("lifetime longer than the proxy allows")
     return grant
