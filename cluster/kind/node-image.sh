@@ -67,9 +67,18 @@ node_build_lock() {
   flock "$lock_fd"
 }
 
+# Under the node build's own lock, so in a work directory of its own: init_work_dir removes
+# every other build.* it finds as left by a killed build, which is true only of the builds
+# its caller's lock excludes. In the image cache's work directory it removed a live
+# operator image build that `cluster.sh images` ran beside the background prebuild.
+init_node_work_dir() {
+  local CACHE_DIR=$CACHE_DIR/kind
+  init_work_dir
+}
+
 if [[ ${1:-} == rootfs ]]; then
   node_build_lock
-  init_work_dir
+  init_node_work_dir
   [[ -f $(rootfs_tarball) ]] || cached_tarball "$(rootfs_tarball)" _node_debootstrap "$WORK_DIR/node"
   exit 0
 fi
@@ -226,7 +235,7 @@ if docker_cli image inspect "$ref" >/dev/null 2>&1 && docker_cli image inspect "
 fi
 
 node_build_lock
-init_work_dir
+init_node_work_dir
 start=$SECONDS
 root=$WORK_DIR/node
 cached_tarball "$(rootfs_tarball)" _node_debootstrap "$root"
