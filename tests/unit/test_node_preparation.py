@@ -201,8 +201,8 @@ def test_a_pod_on_an_unprepared_node_is_never_ready_goes_and_the_next_waits_and_
     terms = replacement["spec"]["affinity"]["nodeAffinity"][
         "preferredDuringSchedulingIgnoredDuringExecution"
     ]
-    assert terms[0]["preference"]["matchFields"] == [
-        {"key": "metadata.name", "operator": "NotIn", "values": ["node-1"]}
+    assert terms[0]["preference"]["matchExpressions"] == [
+        {"key": "kubernetes.io/hostname", "operator": "NotIn", "values": ["node-1"]}
     ]
 
 
@@ -231,3 +231,35 @@ def test_a_pod_behind_another_boundary_is_a_mismatch_whatever_else_it_lacks(
     )
     reconciler.reconcile(cache.get("team-a", "demo"), "pod")  # type: ignore[arg-type]
     assert _ready(cache) == ("False", "BoundaryMismatch")
+
+
+def test_an_emptydir_whose_size_the_runtime_does_not_show_passes_but_dev_shm_must_show_one() -> (
+    None
+):
+    """The kind nodes' stock runsc mounts emptyDirs without a size= (bounded by the pod's
+    memory limit there); /dev/shm's size is the NRI plugin's and is always shown."""
+    text = (DATA / "gvisor-prepared.txt").read_text()
+    text = text.replace("size=131072k,", "").replace("size=16384k,", "")
+    assert unmet_requirements(split_probe_output(text), NEEDS) == ()
+    assert unmet_requirements(split_probe_output(text.replace("size=65536k,", "")), NEEDS) == (
+        "/dev/shm has no size bound",
+    )
+
+
+def test_several_avoided_nodes_make_one_valid_preference() -> None:
+    """The API server takes one value with NotIn on matchFields; the hostname label takes
+    a list (kind's three nodes showed the difference)."""
+    pod = build_pod(
+        make_sandbox(),
+        parse_profile("p", "image: x/y:1\n"),
+        now=NOW,
+        avoid_nodes=frozenset({"worker2", "worker"}),
+    )
+    (term,) = pod["spec"]["affinity"]["nodeAffinity"][
+        "preferredDuringSchedulingIgnoredDuringExecution"
+    ]
+    assert term["preference"] == {
+        "matchExpressions": [
+            {"key": "kubernetes.io/hostname", "operator": "NotIn", "values": ["worker", "worker2"]}
+        ]
+    }

@@ -293,9 +293,11 @@ def _pod_spec(
                     {
                         "weight": 100,
                         "preference": {
-                            "matchFields": [
+                            # matchFields takes one value with NotIn; the hostname
+                            # label takes a list.
+                            "matchExpressions": [
                                 {
-                                    "key": "metadata.name",
+                                    "key": "kubernetes.io/hostname",
                                     "operator": "NotIn",
                                     "values": sorted(avoid_nodes),
                                 }
