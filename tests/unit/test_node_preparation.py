@@ -6,7 +6,8 @@ gVisor pod on the same node whose container the plugin leaves alone (unprepared)
 from __future__ import annotations
 
 import subprocess
-from datetime import timedelta
+from collections.abc import Callable
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +16,10 @@ import pytest
 from openblox.builders.pod import build_pod, pod_name
 from openblox.controller import pod_boundaries
 from openblox.controller.boundary import ProbeVerdict, probe_script
+from openblox.controller.reconcile import Reconciler
+from openblox.controller.sandbox_cache import SandboxCache
 from openblox.controller.unprepared_nodes import HOLD_SECONDS
+from openblox.controller.watched import Watched
 from openblox.models import parse_profile
 from openblox.models.boundary import classify_boundary
 from openblox.models.node_preparation import (
@@ -145,6 +149,27 @@ def test_the_requirements_come_from_the_pod_the_operator_built() -> None:
     assert requirements_of(pod, None) is None
 
 
+def _a_pod_running_on_node_1(
+    clock: Callable[[], datetime],
+) -> tuple[FakeKube, Reconciler, Watched, SandboxCache, dict[str, Any]]:
+    """The operator, after it made the Sandbox "demo" its pod, and the watch showed that
+    pod Ready on node-1 (not probed yet)."""
+    kube = FakeKube()
+    reconciler, watched, cache = _operator(kube, clock=clock)
+    _watch_everything(watched)
+    kube.objects["/api/v1/nodes/node-1"] = {"status": {"nodeInfo": {"kernelVersion": "6.1"}}}
+    sandbox = _cached(cache)
+    reconciler.reconcile(sandbox, "sandbox")
+    pod = kube.objects[f"/api/v1/namespaces/team-a/pods/{pod_name(sandbox)}"]
+    running = {
+        **pod,
+        "spec": {**pod["spec"], "nodeName": "node-1"},
+        "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]},
+    }
+    watched.pod_seen(running)
+    return kube, reconciler, watched, cache, running
+
+
 def test_a_pod_on_an_unprepared_node_is_never_ready_goes_and_the_next_waits_and_avoids_it(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -158,21 +183,10 @@ def test_a_pod_on_an_unprepared_node_is_never_ready_goes_and_the_next_waits_and_
 
     monkeypatch.setattr(pod_boundaries, "probe_boundary", probe)
     now = [NOW]
-    kube = FakeKube()
-    reconciler, watched, cache = _operator(kube, clock=lambda: now[0])
-    _watch_everything(watched)
-    kube.objects["/api/v1/nodes/node-1"] = {"status": {"nodeInfo": {"kernelVersion": "6.1"}}}
+    kube, reconciler, watched, cache, running = _a_pod_running_on_node_1(lambda: now[0])
     sandbox = _cached(cache)
-    reconciler.reconcile(sandbox, "sandbox")
     path = f"/api/v1/namespaces/team-a/pods/{pod_name(sandbox)}"
-    pod = kube.objects[path]
-    assert "affinity" not in pod["spec"]
-    running = {
-        **pod,
-        "spec": {**pod["spec"], "nodeName": "node-1"},
-        "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]},
-    }
-    watched.pod_seen(running)
+    assert "affinity" not in running["spec"]
     kube.take()
 
     reconciler.reconcile(cache.get("team-a", "demo"), "pod")  # type: ignore[arg-type]
@@ -215,20 +229,7 @@ def test_a_pod_behind_another_boundary_is_a_mismatch_whatever_else_it_lacks(
         return ProbeVerdict("none", ("network interfaces besides lo: eth0",))
 
     monkeypatch.setattr(pod_boundaries, "probe_boundary", probe)
-    kube = FakeKube()
-    reconciler, watched, cache = _operator(kube)
-    _watch_everything(watched)
-    kube.objects["/api/v1/nodes/node-1"] = {"status": {"nodeInfo": {"kernelVersion": "6.1"}}}
-    sandbox = _cached(cache)
-    reconciler.reconcile(sandbox, "sandbox")
-    pod = kube.objects[f"/api/v1/namespaces/team-a/pods/{pod_name(sandbox)}"]
-    watched.pod_seen(
-        {
-            **pod,
-            "spec": {**pod["spec"], "nodeName": "node-1"},
-            "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]},
-        }
-    )
+    _kube, reconciler, _watched, cache, _running = _a_pod_running_on_node_1(lambda: NOW)
     reconciler.reconcile(cache.get("team-a", "demo"), "pod")  # type: ignore[arg-type]
     assert _ready(cache) == ("False", "BoundaryMismatch")
 

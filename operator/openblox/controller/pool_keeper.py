@@ -25,7 +25,6 @@ from typing import Any
 
 from openblox.builders.conditions import PodState
 from openblox.builders.pod import build_pool_pod
-from openblox.controller import metrics
 from openblox.controller.election import NotLeader
 from openblox.controller.kube import (
     Kube,
@@ -41,7 +40,7 @@ from openblox.controller.pool_store import PoolStore
 from openblox.controller.profile_store import ProfileStore
 from openblox.controller.runtime_checks import RuntimeChecks
 from openblox.controller.sandbox_pods import delete_pod
-from openblox.controller.unprepared_nodes import UnpreparedNodes
+from openblox.controller.unprepared_nodes import UnpreparedNodes, not_prepared
 from openblox.controller.watched import Watched
 from openblox.models import Boundary, OpenbloxError, Profile, resolve_profile
 from openblox.models.pool import Pool
@@ -292,11 +291,10 @@ class PoolKeeper:
         metadata = pod["metadata"]
         node = pod["spec"].get("nodeName") or "(unknown)"
         message = (
-            f"pool pod {metadata['namespace']}/{metadata['name']}: node {node} is not prepared "
-            f"for sandboxes: {'; '.join(unmet)}; it was never handed out and is deleted"
+            f"pool pod {metadata['namespace']}/{metadata['name']}: {not_prepared(node, unmet)}; "
+            "it was never handed out and is deleted"
         )
         self._pools.record(Reason.NODE_NOT_PREPARED, message)
-        metrics.NODES_NOT_PREPARED.inc()
         self._unprepared.report(
             node, _hold_key(metadata["namespace"], pool), message, datetime.now(UTC)
         )

@@ -44,7 +44,7 @@ from openblox.controller.resolve import Wanted, resolve
 from openblox.controller.runtime_checks import RuntimeChecks
 from openblox.controller.sandbox_cache import SandboxCache
 from openblox.controller.sandbox_pods import SandboxPods
-from openblox.controller.unprepared_nodes import UnpreparedNodes
+from openblox.controller.unprepared_nodes import UnpreparedNodes, not_prepared
 from openblox.denials import Denial, pod_denial
 from openblox.lifetime import Expiry
 from openblox.models import Profile, Sandbox, SandboxError, parse_sandbox
@@ -299,11 +299,9 @@ class Reconciler:
         next one waits out a hold and prefers another node."""
         node = pod["spec"].get("nodeName") or "(unknown)"
         message = (
-            f"node {node} is not prepared for sandboxes: {'; '.join(unmet)}; "
-            "the pod was deleted and a new one prefers another node"
+            f"{not_prepared(node, unmet)}; the pod was deleted and a new one prefers another node"
         )
         self._events.record(sandbox_ref(sandbox), Reason.NODE_NOT_PREPARED, message)
-        metrics.NODES_NOT_PREPARED.inc()
         hold = self._unprepared.report(node, (sandbox.namespace, sandbox.name), message, now)
         self._requeue.after(
             (sandbox.namespace, sandbox.name), (hold.until - now).total_seconds() + 0.1

@@ -11,8 +11,11 @@ Lease learns it again from the next probe, at the cost of one more pod.
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+
+from openblox.controller import metrics
 
 HOLD_SECONDS = 20.0
 AVOID_SECONDS = 600.0
@@ -26,6 +29,11 @@ class Hold:
     until: datetime
 
 
+def not_prepared(node: str, unmet: Iterable[str]) -> str:
+    """What an Event and a condition say of it: the node, and each thing it lacked."""
+    return f"node {node} is not prepared for sandboxes: {'; '.join(unmet)}"
+
+
 class UnpreparedNodes:
     def __init__(self) -> None:
         self._guard = threading.Lock()
@@ -34,6 +42,7 @@ class UnpreparedNodes:
 
     def report(self, node: str, key: Key | None, message: str, now: datetime) -> Hold:
         """`node` failed a pod just now; the Sandbox `key` (None: a pool pod) waits."""
+        metrics.NODES_NOT_PREPARED.inc()
         hold = Hold(message, now + timedelta(seconds=HOLD_SECONDS))
         with self._guard:
             self._nodes[node] = now
