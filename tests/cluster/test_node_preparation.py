@@ -13,9 +13,14 @@ from typing import Any
 
 import pytest
 
-from openblox.controller.boundary import probe_script
+from openblox.controller.boundary import PROBE_COMMAND
 from openblox.models.boundary import classify_boundary
-from openblox.models.node_preparation import requirements_of, split_probe_output, unmet_requirements
+from openblox.models.node_preparation import (
+    ProbeReport,
+    requirements_of,
+    split_probe_output,
+    unmet_requirements,
+)
 from tests.cluster.capacity import require_sandbox_room
 from tests.cluster.kubectl import Kube
 from tests.cluster.sandboxes import opt_in, pod_of, sandbox, wait_reason
@@ -23,10 +28,10 @@ from tests.cluster.sandboxes import opt_in, pod_of, sandbox, wait_reason
 pytestmark = pytest.mark.cluster
 
 
-def _probe(kube: Kube, namespace: str, pod: str, container: str) -> str:
-    result = kube.exec(pod, namespace, "/bin/sh", "-c", probe_script(), container=container)
+def _probe(kube: Kube, namespace: str, pod: str, container: str) -> ProbeReport:
+    result = kube.exec(pod, namespace, *PROBE_COMMAND, container=container)
     assert result.returncode == 0, f"the probe failed in {namespace}/{pod}: {result.stderr[-400:]}"
-    return result.stdout
+    return split_probe_output(result.stdout, exited_cleanly=True)
 
 
 def _unprepared_twin(pod: dict[str, Any], name: str) -> dict[str, Any]:
@@ -57,17 +62,16 @@ def test_the_probe_passes_a_prepared_pod_and_names_each_lack_of_an_unprepared_on
     assert needs is not None
     node = operator.get("node", pod["spec"]["nodeName"])["status"]["nodeInfo"]["kernelVersion"]
 
-    prepared = split_probe_output(_probe(operator, namespace, pod["metadata"]["name"], "sandbox"))
-    assert (
-        classify_boundary(prepared.release, prepared.kernel_log, node, prepared.version) == "gvisor"
-    )
+    prepared = _probe(operator, namespace, pod["metadata"]["name"], "sandbox")
+    assert prepared.complete
+    assert classify_boundary(prepared.release, "", node, prepared.version) == "gvisor"
     assert unmet_requirements(prepared, needs) == ()
 
     operator.apply(_unprepared_twin(pod, "unprepared"))
     operator.wait_pod("unprepared", namespace)
-    bare = split_probe_output(_probe(operator, namespace, "unprepared", "plain"))
+    bare = _probe(operator, namespace, "unprepared", "plain")
     # Its kernel is gVisor all the same: the old check let exactly this pod through.
-    assert classify_boundary(bare.release, bare.kernel_log, node, bare.version) == "gvisor"
+    assert classify_boundary(bare.release, "", node, bare.version) == "gvisor"
     unmet = unmet_requirements(bare, needs)
     for directory in ("/tmp", "/workspace", "/run/openblox", "/dev/shm"):
         assert f"{directory} is mounted without noexec,nosuid" in unmet, unmet

@@ -1,11 +1,10 @@
 """What a node must give a sandbox pod, read from inside the pod in the boundary probe's
-one exec. The probe outputs under data/probe/ are real: the same script run in a Sandbox's
-pod on the embedded gVisor node (prepared: the NRI plugin adjusted it) and in a plain
-gVisor pod on the same node whose container the plugin leaves alone (unprepared)."""
+one exec. The probe outputs under data/probe/ are real: the probe's `cat` run in a
+Sandbox's pod on the embedded gVisor node (prepared: the NRI plugin adjusted it) and in a
+plain gVisor pod on the same node whose container the plugin leaves alone (unprepared)."""
 
 from __future__ import annotations
 
-import subprocess
 from collections.abc import Callable
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -15,7 +14,7 @@ import pytest
 
 from openblox.builders.pod import build_pod, pod_name
 from openblox.controller import pod_boundaries
-from openblox.controller.boundary import ProbeVerdict, probe_script
+from openblox.controller.boundary import ProbeVerdict
 from openblox.controller.reconcile import Reconciler
 from openblox.controller.sandbox_cache import SandboxCache
 from openblox.controller.unprepared_nodes import HOLD_SECONDS
@@ -51,21 +50,25 @@ NEEDS = NodeRequirements(
 )
 
 
+def _split(text: str) -> Any:
+    return split_probe_output(text, exited_cleanly=True)
+
+
 def _report(name: str) -> Any:
-    return split_probe_output((DATA / name).read_text())
+    return _split((DATA / name).read_text())
 
 
 def test_a_prepared_gvisor_pod_meets_every_requirement() -> None:
     report = _report("gvisor-prepared.txt")
     assert report.complete
-    assert classify_boundary(report.release, report.kernel_log, "6.1.0", report.version) == "gvisor"
+    assert classify_boundary(report.release, "", "6.1.0", report.version) == "gvisor"
     assert unmet_requirements(report, NEEDS) == ()
 
 
 def test_a_pod_its_node_did_not_prepare_is_told_apart_and_each_lack_is_named() -> None:
     report = _report("gvisor-unprepared.txt")
     # Still gVisor: the kernel alone would have let it through.
-    assert classify_boundary(report.release, report.kernel_log, "6.1.0", report.version) == "gvisor"
+    assert classify_boundary(report.release, "", "6.1.0", report.version) == "gvisor"
     assert unmet_requirements(report, NEEDS) == (
         "/tmp is mounted without noexec,nosuid",
         "/workspace is mounted without noexec,nosuid",
@@ -84,7 +87,7 @@ def test_sizes_above_the_profiles_an_interface_besides_lo_and_a_missing_mount_ar
         "Max processes             256                  256", "Max processes 256 4096"
     )
     text = text.replace("lo:", "eth0: 1 2 3\nlo:")
-    unmet = unmet_requirements(split_probe_output(text), NEEDS)
+    unmet = unmet_requirements(_split(text), NEEDS)
     assert unmet == (
         "/workspace is not a mount of its own",
         "/dev/shm holds 1073741824 bytes, more than the profile's 67108864",
@@ -95,34 +98,25 @@ def test_sizes_above_the_profiles_an_interface_besides_lo_and_a_missing_mount_ar
 
 def test_a_cut_output_proves_nothing_and_is_never_taken_for_prepared() -> None:
     text = (DATA / "gvisor-prepared.txt").read_text()
-    cut = split_probe_output(text[: text.index("Max processes")])
-    assert not cut.complete
-    assert unmet_requirements(cut, NEEDS) == ("the probe's output was cut short",)
+    for cut in (
+        _split(text[: text.index("Max processes")]),  # net/dev never came
+        _split(text[: text.index("Limit ")]),  # nor the limits
+        split_probe_output(text, exited_cleanly=False),  # cat failed on a file, or no Status
+        _split(""),
+    ):
+        assert not cut.complete
+        assert unmet_requirements(cut, NEEDS) == ("the probe's output was cut short",)
 
 
-def test_the_script_prints_its_sections_with_shell_builtins_only(tmp_path: Path) -> None:
-    """It starts one program (sh); a gVisor kernel needs no dmesg."""
-    proc = tmp_path / "proc"
-    (proc / "self").mkdir(parents=True)
-    (proc / "net").mkdir()
+def test_the_output_splits_where_each_file_begins() -> None:
     report = _report("gvisor-prepared.txt")
-    (proc / "self" / "mountinfo").write_text("\n".join(report.mounts) + "\n")
-    (proc / "self" / "limits").write_text("Limit  Soft  Hard\n" + "\n".join(report.limits) + "\n")
-    (proc / "net" / "dev").write_text("\n".join(report.interfaces) + "\n")
-    version = tmp_path / "version"
-    version.write_text(report.version + "\n")
-    output = subprocess.run(
-        ["/bin/sh", "-c", probe_script(str(version), str(proc))],
-        capture_output=True,
-        text=True,
-        check=True,
-        env={"PATH": str(tmp_path / "no-programs")},
-    ).stdout
-    again = split_probe_output(output)
-    assert again.complete
-    assert again.mounts == report.mounts
-    assert again.limits == report.limits  # only the process cap's line is kept
-    assert unmet_requirements(again, NEEDS) == ()
+    assert report.release == "4.19.0-gvisor"
+    assert report.version.startswith("Linux version 4.19.0-gvisor")
+    assert all(line.split()[0].isdigit() for line in report.mounts)
+    assert report.limits[0].startswith("Limit ")
+    assert any(line.startswith("Max processes") for line in report.limits)
+    assert report.interfaces[0].startswith("Inter-|")
+    assert [line.split(":")[0].strip() for line in report.interfaces[2:]] == ["lo"]
 
 
 def test_the_requirements_come_from_the_pod_the_operator_built() -> None:
@@ -241,8 +235,8 @@ def test_an_emptydir_whose_size_the_runtime_does_not_show_passes_but_dev_shm_mus
     memory limit there); /dev/shm's size is the NRI plugin's and is always shown."""
     text = (DATA / "gvisor-prepared.txt").read_text()
     text = text.replace("size=131072k,", "").replace("size=16384k,", "")
-    assert unmet_requirements(split_probe_output(text), NEEDS) == ()
-    assert unmet_requirements(split_probe_output(text.replace("size=65536k,", "")), NEEDS) == (
+    assert unmet_requirements(_split(text), NEEDS) == ()
+    assert unmet_requirements(_split(text.replace("size=65536k,", "")), NEEDS) == (
         "/dev/shm has no size bound",
     )
 

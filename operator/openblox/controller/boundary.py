@@ -7,8 +7,9 @@ import time
 from dataclasses import dataclass
 
 from openblox.controller.kube import Kube
-from openblox.models.boundary import classify_boundary
+from openblox.models.boundary import classify_boundary, kernel_log_decides
 from openblox.models.node_preparation import (
+    PROBED_FILES,
     NodeRequirements,
     split_probe_output,
     unmet_requirements,
@@ -22,31 +23,16 @@ log = logging.getLogger(__name__)
 
 # The kernel's release and log are read before any caller's code runs in the pod (the
 # client waits for Ready, which waits for this probe; the pod is sealed to all but the
-# operator until then), so the guest cannot stage them. dmesg needs syslog(2), which the
-# RuntimeDefault seccomp profile refuses; /proc/version is readable everywhere, and its
-# third word is what `uname -r` prints. Shell builtins read it: the probe runs under the
-# profile's CPU limit, where every program started in a new gVisor sandbox costs hundreds
-# of milliseconds, so it starts only sh, and dmesg only when the kernel log could change
-# the verdict: a release or /proc/version that names gVisor decides it alone
-# (models/boundary.py), whatever the log says. The same exec reads what the node must
-# provide (models/node_preparation.py): the mounts, the process cap and the interfaces.
-def probe_script(version_file: str = "/proc/version", proc: str = "/proc") -> str:
-    def lines(source: str, pattern: str = "*") -> str:
-        return f'while read -r l; do case "$l" in {pattern}) echo "$l";; esac; done <{source}; '
-
-    return (
-        f'read -r line <{version_file}; set -- $line; echo "$3"; echo ---; echo "$line";'
-        " echo ---; "
-        + lines(f"{proc}/self/mountinfo")
-        + "echo ---; "
-        + lines(f"{proc}/self/limits", '"Max processes"*')
-        + "echo ---; "
-        + lines(f"{proc}/net/dev")
-        + 'echo ---; case "$line" in *[gG][vV][iI][sS][oO][rR]*) ;; *) dmesg 2>/dev/null;; esac'
-    )
-
-
-_PROBE = ["/bin/sh", "-c", probe_script()]
+# operator until then), so the guest cannot stage them. The probe is one program, `cat`,
+# which reads /proc/version (its third word is what `uname -r` prints) and what the node
+# must provide (models/node_preparation.py): the mounts, the process cap and the
+# interfaces. Under the profile's CPU limit every program started in a new gVisor sandbox
+# costs about 100 ms, and a shell reading the same files with `read` cost four times that,
+# a byte at a time. dmesg (syslog(2), which the RuntimeDefault seccomp profile refuses, so
+# its absence is no verdict) runs in a second exec only when the kernel log could change
+# the verdict: a release or /proc/version that names gVisor or the node decides it alone.
+PROBE_COMMAND = ("cat", *PROBED_FILES)
+KERNEL_LOG_COMMAND = ("dmesg",)
 _PROBE_SECONDS = 30.0
 PROBE_OUTPUT_BYTES = 1 << 20
 
@@ -69,7 +55,11 @@ def probe_boundary(
 ) -> ProbeVerdict | None:
     """What the probe saw in the pod, or None when it was inconclusive."""
     try:
-        output = _exec(kube, namespace, pod)
+        output = _exec(kube, namespace, pod, PROBE_COMMAND)
+        report = split_probe_output(output.text, exited_cleanly=output.exit_code == 0)
+        kernel_log = ""
+        if kernel_log_decides(report.release, node_kernel_release, report.version):
+            kernel_log = _exec(kube, namespace, pod, KERNEL_LOG_COMMAND).text
     except ExecOutputTooLarge:
         log.warning(
             "boundary probe of %s/%s printed more than %d bytes; undecided, will retry",
@@ -78,10 +68,7 @@ def probe_boundary(
             PROBE_OUTPUT_BYTES,
         )
         return None
-    report = split_probe_output(output)
-    boundary = classify_boundary(
-        report.release, report.kernel_log, node_kernel_release, report.version
-    )
+    boundary = classify_boundary(report.release, kernel_log, node_kernel_release, report.version)
     if boundary is None:
         log.warning("boundary probe of %s/%s was inconclusive; will retry", namespace, pod)
         return None
@@ -94,24 +81,31 @@ def probe_boundary(
     return ProbeVerdict(boundary, unmet)
 
 
-def _exec(kube: Kube, namespace: str, pod: str) -> str:
-    """The probe's stdout, over the transport's pods/exec; the stream ends when the server
-    closes it after the command. A probe past its deadline raises (TimeoutError)."""
+@dataclass(frozen=True, slots=True)
+class _Printed:
+    text: str
+    exit_code: int | None
+
+
+def _exec(kube: Kube, namespace: str, pod: str, command: tuple[str, ...]) -> _Printed:
+    """What the command printed on stdout, over the transport's pods/exec; the stream ends
+    when the server closes it after the command. A probe past its deadline raises
+    (TimeoutError)."""
     kube.guard_write()  # an exec is a create (pods/exec): only the Lease holder runs one
     socket = ExecSocket(
         kube.session,
         namespace,
         pod,
         CONTAINER_NAME,
-        _PROBE,
+        list(command),
         stdin=False,
         stderr=False,
         timeout=_PROBE_SECONDS,
     )
     # Bounded: what comes back is read from the pod. The kernel's log is the most the
-    # probe prints (a few hundred KiB on a busy host kernel); past the bound the stream
+    # probe reads (a few hundred KiB on a busy host kernel); past the bound the stream
     # is closed and the probe decides nothing (ExecOutputTooLarge).
     output = socket.read_to_end(
         time.monotonic() + _PROBE_SECONDS, ExecOutput.bounded(PROBE_OUTPUT_BYTES, 0)
     )
-    return output.stdout.decode("utf-8", "replace")
+    return _Printed(output.stdout.decode("utf-8", "replace"), output.exit_code)

@@ -37,3 +37,14 @@ def classify_boundary(
     if not guest_kernel_log.strip():
         return None
     return "kata"
+
+
+def kernel_log_decides(
+    guest_kernel_release: str, node_kernel_release: str, guest_proc_version: str = ""
+) -> bool:
+    """Whether only the guest's kernel log can settle the verdict: its release is neither
+    the node's nor gVisor's, and neither is /proc/version. Reading the log starts a second
+    program in the pod (`dmesg`), so the probe pays for it only then."""
+    return bool(guest_kernel_release.strip()) and (
+        classify_boundary(guest_kernel_release, "", node_kernel_release, guest_proc_version) is None
+    )
