@@ -53,7 +53,7 @@ lint: venv
 
 unit: venv
 	$(PYTEST) tests/unit -q
-	cd cluster/nri && go vet ./... && go test ./...
+	cd node-agent && go vet ./... && go test ./...
 
 cluster-tests: install
 	$(CLUSTER_PYTEST)

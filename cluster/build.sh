@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Build every node binary the embedded cluster needs from source, through the Go module
 # proxy, into a cache outside the repository keyed by version. A second run is a no-op.
-#   cluster/build.sh [kubernetes|etcd|containerd|crictl|kube-router|gvisor|nri|all]
+#   cluster/build.sh [kubernetes|etcd|containerd|crictl|kube-router|gvisor|all]
 #   cluster/build.sh [kubeadm|kind|coredns|kind-all]   what the kind node image adds
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -157,21 +157,6 @@ build_containerd() {
   touch "$out/.done"
 }
 
-# openblox's NRI plugin (cluster/nri): keyed by its source, so an edit rebuilds it.
-nri_dir() {
-  local key; key=$(cat "$here/nri/go.mod" "$here/nri/go.sum" "$here/nri/main.go" | sha256sum | cut -c1-16)
-  echo "$CACHE/openblox-nri-$key"
-}
-
-build_nri() {
-  local out; out=$(nri_dir)
-  [[ -x $out/openblox-nri ]] && { log "openblox-nri cached"; return; }
-  log "building openblox-nri"
-  mkdir -p "$out"
-  (cd "$here/nri" && go build -trimpath -ldflags "-s -w" -o "$out/openblox-nri.partial" .)
-  mv "$out/openblox-nri.partial" "$out/openblox-nri"
-}
-
 target=${1:-all}
 case $target in
   kubernetes) build_kubernetes ;;
@@ -180,13 +165,11 @@ case $target in
   crictl) go_install crictl "$CRI_TOOLS_VERSION" sigs.k8s.io/cri-tools/cmd/crictl ;;
   kube-router) go_install kube-router "$KUBE_ROUTER_VERSION" github.com/cloudnativelabs/kube-router/v2/cmd/kube-router ;;
   gvisor) go_install gvisor "$GVISOR_VERSION" gvisor.dev/gvisor/runsc; build_runsc_shim ;;
-  nri) build_nri ;;
   kubeadm) build_kubeadm ;;
   kind) go_install kind "$KIND_VERSION" "sigs.k8s.io/kind" ;;
   coredns) go_install coredns "$COREDNS_VERSION" github.com/coredns/coredns ;;
   kind-all) "$0" all; for t in kubeadm kind coredns; do "$0" "$t"; done ;;
-  nri-path) echo "$(nri_dir)/openblox-nri" ;;
   all) for t in etcd containerd crictl kube-router kubernetes; do "$0" "$t"; done
-       "$0" gvisor; "$0" nri ;;
-  *) echo "usage: $0 [kubernetes|etcd|containerd|crictl|kube-router|gvisor|nri|all|kubeadm|kind|coredns|kind-all]" >&2; exit 2 ;;
+       "$0" gvisor ;;
+  *) echo "usage: $0 [kubernetes|etcd|containerd|crictl|kube-router|gvisor|all|kubeadm|kind|coredns|kind-all]" >&2; exit 2 ;;
 esac

@@ -41,9 +41,14 @@ SERVICE_CIDR=10.96.0.0/16
 SERVICE_IP=10.96.0.1
 CLUSTER_CIDR=10.244.0.0/16
 POD_SUBNET=10.244.0.0/22
-# The label the gvisor RuntimeClass schedules on (runtimeclasses/gvisor.yaml): this node
-# has gVisor.
+# The label that marks a node for gVisor (the node agent runs there, manifests/
+# node-agent.yaml): this node has it.
 GVISOR_NODE_LABEL=openblox.sh/gvisor
+# Where the node agent finds what it checks and installs: the places a stock node has them
+# (manifests/node-agent.yaml), so the embedded node takes the same manifests.
+NRI_SOCKET=/var/run/nri/nri.sock
+RUNSC_CONFIG=/etc/containerd/runsc.toml
+SECCOMP_DIR=/var/lib/kubelet/seccomp
 # Start order; `down` stops in reverse.
 COMPONENTS=(containerd etcd kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy kube-router)
 
@@ -170,8 +175,10 @@ link_binaries() {
   # gVisor built from the Go module proxy (runsc, systrap platform, and its containerd
   # shim). Debian's 2022 runsc has no shim and, run through the runc shim, containers
   # cannot be stopped; see docs/runtimes.md.
+  # No NRI plugin is started by containerd any more: openblox's node agent connects its
+  # own (docs/adr/0020); a link left from before would start a second one.
   mkdir -p "$STATE/nri/plugins" "$STATE/nri/conf.d"
-  ln -sfn "$("$here/build.sh" nri-path)" "$STATE/nri/plugins/10-openblox"
+  rm -f "$STATE/nri/plugins/10-openblox"
   local gvisor=$CACHE/gvisor-$GVISOR_VERSION
   ln -sfn "$gvisor/runsc" "$BIN/runsc"
   ln -sfn "$gvisor/containerd-shim-runsc-v1" "$BIN/containerd-shim-runsc-v1"
@@ -190,10 +197,9 @@ rebuilt_components() {
 }
 
 # Rewriting an unchanged file would make a running containerd reload its CNI config.
-# What containerd read at start: its configuration and the NRI plugin it launched.
+# What containerd read at start: its configuration.
 node_config_digest() {
-  { cat "$STATE/config/containerd.toml"; readlink -f "$STATE/nri/plugins/10-openblox"; } |
-    sha256sum | cut -d' ' -f1
+  sha256sum <"$STATE/config/containerd.toml" | cut -d' ' -f1
 }
 
 start_containerd() {
@@ -271,34 +277,42 @@ state = "$RUN/containerd"
       pod_annotations = ["dev.gvisor.flag.oci-seccomp"]
       [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runsc.options]
         TypeUrl = "io.containerd.runsc.v1.options"
-        ConfigPath = "$conf/runsc.toml"
+        ConfigPath = "$RUNSC_CONFIG"
   [plugins.'io.containerd.cri.v1.runtime'.cni]
     bin_dirs = ["/usr/lib/cni"]
     conf_dir = "$conf/cni"
-# NRI, on by default in containerd 2, for openblox's plugin only (cluster/nri: noexec
-# scratch, a sized /dev/shm, the process cap), started by containerd from plugin_path;
-# no other plugin may connect. The default validator refuses a container whose pod names
-# a plugin it requires that did not take part: sandbox pods require openblox's, so a
-# plugin that crashed or timed out fails the container instead of starting it bare.
+# NRI as containerd 2 has it by default: plugins connect to its socket, root only. The
+# one openblox needs (noexec scratch, a sized /dev/shm, the process cap) is its node
+# agent's, which connects from a DaemonSet pod (node-agent/, docs/adr/0020). The default
+# validator refuses a container whose pod names a plugin it requires that did not take
+# part: sandbox pods require openblox's, so while the agent is not connected a sandbox
+# container fails instead of starting bare.
 [plugins.'io.containerd.nri.v1.nri']
   disable = false
-  disable_connections = true
+  disable_connections = false
   plugin_path = "$STATE/nri/plugins"
   plugin_config_path = "$STATE/nri/conf.d"
-  socket_path = "$RUN/nri.sock"
+  socket_path = "$NRI_SOCKET"
   [plugins.'io.containerd.nri.v1.nri'.default_validator]
     enable = true
 EOF
-  # openblox's seccomp profile, which sandbox pods name as Localhost openblox/sandbox.json.
-  mkdir -p "$KUBELET_ROOT/seccomp/openblox"
-  write_if_changed "$KUBELET_ROOT/seccomp/openblox/sandbox.json" <"$repo/cluster/seccomp/sandbox.json"
+  # openblox's seccomp profile, which sandbox pods name as Localhost openblox/sandbox.json,
+  # is the node agent's to install, where a kubelet keeps them by default: this kubelet's
+  # seccomp directory is that one.
+  mkdir -p "$(dirname "$SECCOMP_DIR")"
+  if [[ ! -L $KUBELET_ROOT/seccomp ]]; then
+    mkdir -p "$SECCOMP_DIR"
+    rm -rf "$KUBELET_ROOT/seccomp"
+    ln -sfn "$SECCOMP_DIR" "$KUBELET_ROOT/seccomp"
+  fi
   # gVisor's shim reads its own settings (not containerd's ConfigPath) from this fixed
   # path when it starts. Grouping runs one shim per pod instead of one per container (the
   # pause container and the sandbox's), which is about 6 MiB of host memory per Sandbox
   # (docs/benchmarks, density); nothing else in the file changes how a pod runs.
   mkdir -p "$RUNSC_SHIM_CONFIG_DIR"
   write_if_changed "$RUNSC_SHIM_CONFIG_DIR/config.toml" <"$repo/cluster/runsc-shim.toml"
-  write_if_changed "$conf/runsc.toml" <<EOF
+  mkdir -p "$(dirname "$RUNSC_CONFIG")"
+  write_if_changed "$RUNSC_CONFIG" <<EOF
 binary_name = "$BIN/runsc"
 root = "$RUN/runsc"
 [runsc_config]
@@ -534,7 +548,7 @@ EOF
 # Images are built here and imported, never pulled. Manifests and profiles name them by
 # the project's version (openblox.local/NAME:VERSION); the build tags them by content.
 import_images() {
-  PYTHON=$PYTHON "$here/images/build.sh" --import "$CONTAINERD_SOCK" pause sandbox operator >/dev/null
+  PYTHON=$PYTHON "$here/images/build.sh" --import "$CONTAINERD_SOCK" pause sandbox operator node-agent >/dev/null
   # gVisor's shim serves pause containers from this image of the pause rootfs, with no
   # gofer (docs/adr/0013); it reads it from the directory it reads its config from.
   "$PYTHON" "$here/pause_erofs.py" "$(cat "$CACHE/images/pause.archive")" "$RUNSC_SHIM_CONFIG_DIR"
@@ -543,7 +557,7 @@ import_images() {
     "$RUNSC_SHIM_CONFIG_DIR/rootfs-images" "$(cat "$CACHE/images/sandbox.archive")"
   local version name ref
   version=$(sed -n 's/^version = "\(.*\)"/\1/p' "$repo/pyproject.toml")
-  for name in sandbox operator; do
+  for name in sandbox operator node-agent; do
     ref=$(cat "$CACHE/images/$name.ref")
     ctr --address "$CONTAINERD_SOCK" -n k8s.io images tag --force "$ref" \
       "openblox.local/$name:$version" >/dev/null

@@ -19,6 +19,7 @@ import os
 import secrets
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from openblox.models.cluster_support import (
@@ -30,7 +31,12 @@ from openblox.models.cluster_support import (
     server_findings,
     warnings,
 )
-from openblox.names import LABEL_GVISOR_NODE
+from openblox.names import (
+    CONDITION_NODE_AGENT,
+    LABEL_GVISOR_NODE,
+    LABEL_GVISOR_READY,
+    NODE_AGENT_NAMESPACE,
+)
 
 REPO = Path(__file__).resolve().parent.parent
 EMBEDDED_KUBECONFIG = Path("/var/lib/openblox/cluster/admin.kubeconfig")
@@ -38,6 +44,7 @@ NODE_BIN = Path("/var/lib/openblox/bin")
 OPERATOR_NAMESPACE = "openblox-system"
 OPERATOR_DEPLOYMENT = "openblox-operator"
 PREVIEW_DEPLOYMENT = "openblox-preview"
+NODE_AGENT = "openblox-node-agent"
 PREVIEW_KEYS_SECRET = "openblox-preview-keys"
 DEMO_NAMESPACE = "openblox-demo"
 NODES_PATH = "/api/v1/nodes"
@@ -92,14 +99,16 @@ def ensure_cluster() -> str:
     return str(EMBEDDED_KUBECONFIG)
 
 
-def _running_operator_image_ids(kubeconfig: str, name: str = OPERATOR_DEPLOYMENT) -> set[str]:
+def _running_operator_image_ids(
+    kubeconfig: str, name: str = OPERATOR_DEPLOYMENT, namespace: str = OPERATOR_NAMESPACE
+) -> set[str]:
     pods = json.loads(
         kubectl(
             kubeconfig,
             "get",
             "pods",
             "-n",
-            OPERATOR_NAMESPACE,
+            namespace,
             "-l",
             f"app.kubernetes.io/name={name}",
             "-o",
@@ -246,6 +255,8 @@ def install_operator(kubeconfig: str) -> None:
     ensure_preview_keys(kubeconfig)
     for name in (OPERATOR_DEPLOYMENT, PREVIEW_DEPLOYMENT):
         _roll_onto_current_image(kubeconfig, name)
+    _roll_onto_current_image(kubeconfig, NODE_AGENT, "daemonset", NODE_AGENT_NAMESPACE)
+    wait_for_prepared_nodes(kubeconfig)
     # Admission refuses every Sandbox until the operator has published its profiles.
     kubectl(
         kubeconfig,
@@ -281,33 +292,67 @@ def ensure_preview_keys(kubeconfig: str) -> None:
         raise RuntimeError(f"could not create the preview key Secret: {made.stderr.strip()}")
 
 
-def _roll_onto_current_image(kubeconfig: str, name: str) -> None:
-    """Wait until the Deployment runs the imported image (restarting it on a rebuild)."""
-    deployment = f"deployment/{name}"
+def _roll_onto_current_image(
+    kubeconfig: str, name: str, kind: str = "deployment", namespace: str = OPERATOR_NAMESPACE
+) -> None:
+    """Wait until the workload runs the imported image (restarting it on a rebuild)."""
+    workload = f"{kind}/{name}"
     image = kubectl(
         kubeconfig,
         "get",
-        deployment,
+        workload,
         "-n",
-        OPERATOR_NAMESPACE,
+        namespace,
         "-o",
         "jsonpath={.spec.template.spec.containers[0].image}",
     ).stdout
     loaded = _loaded_image_digests(kubeconfig, image)
-    running = _running_operator_image_ids(kubeconfig, name)
+    running = _running_operator_image_ids(kubeconfig, name, namespace)
     if loaded and running and not all(any(d in r for d in loaded) for r in running):
         # Same tag, new content (a rebuilt image): roll the pods (every replica) onto it.
-        kubectl(kubeconfig, "rollout", "restart", deployment, "-n", OPERATOR_NAMESPACE)
+        kubectl(kubeconfig, "rollout", "restart", workload, "-n", namespace)
     kubectl(
         kubeconfig,
         "rollout",
         "status",
-        deployment,
+        workload,
         "-n",
-        OPERATOR_NAMESPACE,
+        namespace,
         "--timeout=180s",
         timeout=200,
     )
+
+
+def wait_for_prepared_nodes(kubeconfig: str, timeout: float = 90) -> None:
+    """Until every node marked for gVisor is labelled ready by its agent (ADR 0020); the
+    agents' own words on the Nodes if one is not."""
+    deadline = time.monotonic() + timeout
+    while True:
+        nodes = json.loads(
+            kubectl(
+                kubeconfig, "get", "nodes", "-l", f"{LABEL_GVISOR_NODE}=true", "-o", "json"
+            ).stdout
+        )["items"]
+        waiting = {
+            node["metadata"]["name"]: next(
+                (
+                    f"{c.get('reason')}: {c.get('message')}"
+                    for c in node["status"].get("conditions") or []
+                    if c.get("type") == CONDITION_NODE_AGENT
+                ),
+                "its node agent has not reported",
+            )
+            for node in nodes
+            if node["metadata"].get("labels", {}).get(LABEL_GVISOR_READY) != "true"
+        }
+        if not waiting:
+            return
+        if time.monotonic() > deadline:
+            raise RuntimeError(
+                "nodes not prepared for sandboxes after "
+                f"{timeout:.0f} s: " + "; ".join(f"{n}: {why}" for n, why in waiting.items())
+            )
+        time.sleep(1)
 
 
 def ensure_demo_namespace(kubeconfig: str) -> str:

@@ -2,7 +2,7 @@
 # Build container images locally, with no Docker and no registry, as OCI archives cached by
 # a content hash of their inputs; optionally import them into containerd.
 #
-#   cluster/images/build.sh [--import SOCKET] IMAGE...      IMAGE: pause sandbox operator all
+#   cluster/images/build.sh [--import SOCKET] IMAGE...      IMAGE: pause sandbox operator node-agent all
 #
 # For each IMAGE: prints its reference on stdout (one line each, in order), writes it to
 # ${OPENBLOX_CACHE:-/var/cache/openblox}/images/IMAGE.ref, and keeps the archive there as
@@ -25,7 +25,7 @@ set -euo pipefail
 IMAGES_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 CACHE_DIR=${OPENBLOX_CACHE:-/var/cache/openblox}/images
 PYTHON=${PYTHON:-python3}
-ALL_IMAGES=(pause sandbox operator)
+ALL_IMAGES=(pause sandbox operator node-agent)
 KEEP=3 # archives kept per image (most recently used first)
 
 # shellcheck source-path=SCRIPTDIR source=lib.sh

@@ -147,7 +147,7 @@ build_node_images() {
 
 cmd_build() {
   build_node_images
-  PYTHON=$PYTHON "$repo/cluster/images/build.sh" sandbox operator >/dev/null
+  PYTHON=$PYTHON "$repo/cluster/images/build.sh" sandbox operator node-agent >/dev/null
   log "node images $NODE_GVISOR and $NODE_PLAIN"
 }
 
@@ -183,8 +183,8 @@ cmd_up() {
 load_images() {
   local version name ref node
   version=$(sed -n 's/^version = "\(.*\)"/\1/p' "$repo/pyproject.toml")
-  PYTHON=$PYTHON "$repo/cluster/images/build.sh" sandbox operator >/dev/null
-  for name in sandbox operator; do
+  PYTHON=$PYTHON "$repo/cluster/images/build.sh" sandbox operator node-agent >/dev/null
+  for name in sandbox operator node-agent; do
     ref=$(cat "$CACHE/images/$name.ref")
     kind load image-archive --name "$NAME" \
       "$(find "$CACHE/images" -maxdepth 1 -name "$name-*.tar" -printf '%T@\t%p\n' | sort -rn | head -n 1 | cut -f2)"

@@ -97,7 +97,6 @@ base_files=$kind_dir/images/base/files
 k8s=$CACHE/kubernetes-$KUBERNETES_VERSION
 ctd=$CACHE/containerd-$CONTAINERD_VERSION
 gvisor=$CACHE/gvisor-$GVISOR_VERSION
-nri=$("$repo/cluster/build.sh" nri-path)
 declare -A NODE_BINARIES=(
   [/usr/bin/kubeadm]=$CACHE/kubeadm-$KUBERNETES_VERSION/kubeadm
   [/usr/bin/kubelet]=$k8s/kubelet
@@ -108,7 +107,6 @@ declare -A NODE_BINARIES=(
   [/usr/local/bin/crictl]=$CACHE/crictl-$CRI_TOOLS_VERSION/crictl
   [/usr/local/bin/runsc]=$gvisor/runsc
   [/usr/local/bin/containerd-shim-runsc-v1]=$gvisor/containerd-shim-runsc-v1
-  [/opt/nri/plugins/10-openblox]=$nri
 )
 
 # The archive build.sh just built or found for a node image.
@@ -117,7 +115,7 @@ archive_of() { cat "$CACHE_DIR/$1.archive"; }
 node_key() {
   {
     echo "kind-node v1 kind $KIND_VERSION kubernetes $KUBERNETES_VERSION rootfs $(rootfs_key)"
-    hash_files "$here/node-image.sh" "$IMAGES_DIR/lib.sh" "$here/../seccomp/sandbox.json" "$here/../runsc-shim.toml" \
+    hash_files "$here/node-image.sh" "$IMAGES_DIR/lib.sh" "$here/../runsc-shim.toml" \
       "$here/../pause_erofs.py"
     echo "erofs-utils $(dpkg-query -W -f '${Version}' erofs-utils 2>/dev/null || echo none)"
     hash_dir "$here/node"
@@ -179,8 +177,6 @@ install_node_files() {
   # Beside it, the pause rootfs as an EROFS image, which the shim serves pause containers
   # from without a gofer (docs/adr/0013).
   "$PYTHON" "$here/../pause_erofs.py" "$(archive_of pause)" "$root/etc/containerd/runsc"
-  # openblox's seccomp profile, which sandbox pods name as Localhost (docs/adr/0007).
-  install -D -m 0644 "$here/../seccomp/sandbox.json" "$root/var/lib/kubelet/seccomp/openblox/sandbox.json"
   install -m 0644 "$here/node/default-storage.yaml" "$root/kind/manifests/default-storage.yaml"
   install -m 0755 "$here/node/openblox-entrypoint" "$root/usr/local/bin/openblox-entrypoint"
   install -m 0755 "$here/node/openblox-cgroup-unbind" "$root/usr/local/bin/openblox-cgroup-unbind"

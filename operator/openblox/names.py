@@ -45,9 +45,10 @@ NAMESPACE_OPT_IN_VALUE: Final = "enabled"
 
 ANNOTATION_LAST_ACTIVITY: Final = "openblox.sh/last-activity"
 ANNOTATION_PROFILE_DIGEST: Final = "openblox.sh/profile-digest"
-# On sandbox pods: the profile's process cap, which openblox's NRI plugin (cluster/nri)
-# sets as the sandbox container's RLIMIT_NPROC; and runsc's own per-pod switch that makes
-# it enforce the pod's seccomp profile inside the sandbox (docs/adr/0007).
+# On sandbox pods: the profile's process cap, which openblox's NRI plugin
+# (node-agent/nri.go) sets as the sandbox container's RLIMIT_NPROC; and runsc's own
+# per-pod switch that makes it enforce the pod's seccomp profile inside the sandbox
+# (docs/adr/0007).
 ANNOTATION_PROCESSES: Final = "openblox.sh/processes"
 ANNOTATION_RUNSC_OCI_SECCOMP: Final = "dev.gvisor.flag.oci-seccomp"
 # On sandbox pods: NRI's default validator (containerd 2, docs/adr/0016) refuses to create
@@ -56,7 +57,8 @@ ANNOTATION_RUNSC_OCI_SECCOMP: Final = "dev.gvisor.flag.oci-seccomp"
 # starting it without noexec scratch and the process cap. Inert where no validator runs.
 ANNOTATION_NRI_REQUIRED_PLUGINS: Final = "required-plugins.noderesource.dev/container.sandbox"
 NRI_PLUGIN_NAME: Final = "openblox"
-# Relative to the kubelet's seccomp directory; the file is cluster/seccomp/sandbox.json.
+# Relative to the kubelet's seccomp directory, where the node agent installs
+# node-agent/sandbox-seccomp.json.
 SECCOMP_LOCALHOST_PROFILE: Final = "openblox/sandbox.json"
 # On a warm pool pod once the operator's boundary probe saw its profile's boundary; only
 # the operator may write a sandbox pod, so it survives an operator restart unforged.
@@ -68,9 +70,15 @@ RUNTIME_CLASS_GVISOR: Final = "gvisor"
 # The gvisor RuntimeClass's handler (runtimeclasses/gvisor.yaml): the name each gVisor
 # node's containerd gives its runsc runtime.
 RUNTIME_HANDLER_GVISOR: Final = "runsc"
-# Admins put it (value "true") on the nodes that have that handler; the RuntimeClass's
-# nodeSelector schedules gVisor pods only there.
+# Admins put it (value "true") on the nodes that have that handler: openblox's node agent
+# runs there (manifests/node-agent.yaml).
 LABEL_GVISOR_NODE: Final = "openblox.sh/gvisor"
+# The node agent puts it (value "true") on its node while every check holds; the gvisor
+# RuntimeClass's nodeSelector schedules gVisor pods only there (ADR 0020).
+LABEL_GVISOR_READY: Final = "openblox.sh/gvisor-ready"
+NODE_AGENT_NAMESPACE: Final = "openblox-node"
+# The node agent's condition on its Node: why the node is, or is not, ready.
+CONDITION_NODE_AGENT: Final = "OpenbloxSandboxesReady"
 RUNTIME_CLASS_KATA: Final = "kata"
 # Ordered weakest to strongest; runc is never approved for untrusted code.
 APPROVED_RUNTIME_CLASSES: Final = (RUNTIME_CLASS_GVISOR, RUNTIME_CLASS_KATA)
@@ -124,6 +132,9 @@ class Reason(StrEnum):
     POOL_PROFILE_NOT_FOUND = "PoolProfileNotFound"
     POOL_EXCEEDS_QUOTA = "PoolExceedsQuota"
     POOL_POD_FAILED = "PoolPodFailed"
+
+    # On a Node whose agent stopped renewing its Lease: the operator took its label off.
+    NODE_AGENT_SILENT = "NodeAgentSilent"
 
     # The reason of the Event that carries a denial record (docs/denials.md) as its message.
     DENIED = "Denied"

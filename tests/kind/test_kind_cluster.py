@@ -10,6 +10,8 @@ from typing import Any
 
 import pytest
 
+import embedded
+from openblox.names import LABEL_GVISOR_READY
 from tests.cluster.kubectl import Kube
 from tests.cluster.pod_shims import gofers_of, parse_ps, pod_containers, runsc_waits, shims_of
 from tests.cluster.sandboxes import (
@@ -33,11 +35,11 @@ def _nodes(kube: Kube) -> list[dict[str, Any]]:
     return items
 
 
-def _gvisor_nodes(kube: Kube) -> set[str]:
+def _gvisor_nodes(kube: Kube, label: str = GVISOR_LABEL) -> set[str]:
     return {
         n["metadata"]["name"]
         for n in _nodes(kube)
-        if n["metadata"].get("labels", {}).get(GVISOR_LABEL) == "true"
+        if n["metadata"].get("labels", {}).get(label) == "true"
     }
 
 
@@ -139,9 +141,15 @@ def test_a_cluster_with_no_gvisor_node_never_runs_a_sandbox_elsewhere(
     gvisor = sorted(_gvisor_nodes(kind_operator))
     with opted_in_namespace(kind_operator, "kind-unlabelled") as namespace:
         try:
-            # As if no admin had labelled any node: the selector matches nothing.
+            # As if no admin had labelled any node: no node agent runs, and the agents
+            # that did take their nodes' ready label off as they stop.
             for node in gvisor:
                 kind_operator.kubectl("label", "node", node, f"{GVISOR_LABEL}-")
+            wait_for(
+                "the node agents to take the ready label off",
+                lambda: not _gvisor_nodes(kind_operator, LABEL_GVISOR_READY),
+                timeout=60,
+            )
             kind_operator.apply(sandbox("nowhere", namespace))
             body = wait_reason(kind_operator, "nowhere", namespace, "RuntimeUnavailable", 60)
             message = ready_condition(body)["message"]
@@ -156,3 +164,4 @@ def test_a_cluster_with_no_gvisor_node_never_runs_a_sandbox_elsewhere(
         finally:
             for node in gvisor:
                 kind_operator.kubectl("label", "node", node, f"{GVISOR_LABEL}=true", "--overwrite")
+            embedded.wait_for_prepared_nodes(kind_operator.kubeconfig, timeout=120)

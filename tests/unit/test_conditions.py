@@ -356,6 +356,14 @@ def test_a_pod_no_gvisor_node_can_take_is_a_runtime_problem() -> None:
     problem = unschedulable_runtime(_pending_pod("Unschedulable", message), "gvisor")
 
     assert problem == f"no node with gvisor can take the pod: {message}"
+    # The RuntimeClass's selector, which admission copied into the pod, is named: the
+    # node agent sets that label on nodes it found prepared (ADR 0020).
+    pod = _pending_pod("Unschedulable", message)
+    pod["spec"]["nodeSelector"] = {"openblox.sh/gvisor-ready": "true"}
+    assert unschedulable_runtime(pod, "gvisor") == (
+        "no node with gvisor can take the pod (it needs a node labelled "
+        f"openblox.sh/gvisor-ready=true): {message}"
+    )
 
 
 @pytest.mark.parametrize(

@@ -521,6 +521,7 @@ def test_a_slim_pod_keeps_what_the_reconcile_and_the_denials_read() -> None:
         "spec": {
             "nodeName": "vm",
             "activeDeadlineSeconds": 60,
+            "nodeSelector": {"openblox.sh/gvisor-ready": "true"},
             "containers": [{"name": "sandbox", "image": "i", "resources": {"limits": {"a": 1}}}],
             "volumes": [{"name": "tmp"}],
         },
@@ -539,6 +540,7 @@ def test_a_slim_pod_keeps_what_the_reconcile_and_the_denials_read() -> None:
         "spec": {
             "nodeName": "vm",
             "activeDeadlineSeconds": 60,
+            "nodeSelector": {"openblox.sh/gvisor-ready": "true"},
             "containers": [{"name": "sandbox", "resources": {"limits": {"a": 1}}}],
         },
         "status": {"phase": "Running"},

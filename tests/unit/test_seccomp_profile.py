@@ -1,6 +1,6 @@
 """The pod's seccomp profile refuses at least what the exec supervisor's filter refuses.
 
-The profile (cluster/seccomp/sandbox.json) is what holds for every process in the pod,
+The profile (node-agent/sandbox-seccomp.json) is what holds for every process in the pod,
 however started; the supervisor's filter stays as a second layer. The two are written
 in different languages (OCI JSON, BPF), so this keeps them from drifting apart. Whether
 runsc enforces the profile is shown on the cluster (tests/cluster/test_raw_exec.py).
@@ -12,7 +12,7 @@ from typing import Any
 
 from openblox.guest import supervisor
 
-PROFILE = Path(__file__).resolve().parents[2] / "cluster" / "seccomp" / "sandbox.json"
+PROFILE = Path(__file__).resolve().parents[2] / "node-agent" / "sandbox-seccomp.json"
 
 # x86_64 numbers of the supervisor's table, by name.
 X86_64_NAMES = {

@@ -117,7 +117,12 @@ def unschedulable_runtime(pod: Mapping[str, Any], runtime_class_name: str) -> st
             and condition.get("reason") == "Unschedulable"
             and _SELECTOR_MISMATCH in (condition.get("message") or "")
         ):
-            return f"no node with {runtime_class_name} can take the pod: {condition['message']}"
+            selector = (pod.get("spec") or {}).get("nodeSelector") or {}
+            labels = ", ".join(f"{key}={value}" for key, value in sorted(selector.items()))
+            needs = f" (it needs a node labelled {labels})" if labels else ""
+            return (
+                f"no node with {runtime_class_name} can take the pod{needs}: {condition['message']}"
+            )
     return None
 
 

@@ -124,8 +124,9 @@ def is_left_by_namesake(pod: Mapping[str, Any], sandbox: Sandbox) -> bool:
     )
 
 
-# openblox's own filter (cluster/seccomp/sandbox.json), not RuntimeDefault: it is the
-# one that holds for every process in the pod, however started (docs/adr/0007).
+# openblox's own filter (node-agent/sandbox-seccomp.json, which the node agent installs),
+# not RuntimeDefault: it is the one that holds for every process in the pod, however
+# started (docs/adr/0007).
 def _seccomp_profile() -> dict[str, str]:
     return {"type": "Localhost", "localhostProfile": SECCOMP_LOCALHOST_PROFILE}
 

@@ -31,6 +31,10 @@ NODES_NOT_PREPARED = Counter(
     "openblox_pods_on_unprepared_nodes_total",
     "Sandbox and pool pods deleted because their node did not give them what a sandbox needs.",
 )
+NODE_AGENTS_SILENT = Counter(
+    "openblox_node_agents_silent_total",
+    "Nodes whose ready label the operator took off because their agent's Lease lapsed.",
+)
 RECONCILE_ERRORS = Counter(
     "openblox_reconcile_errors_total", "Reconciles that ended in an unexpected error."
 )

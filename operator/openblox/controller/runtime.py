@@ -16,6 +16,7 @@ from openblox.controller.election import Election
 from openblox.controller.events import EventRecorder
 from openblox.controller.kube import Kube
 from openblox.controller.namespaces import Namespaces
+from openblox.controller.node_agents import NodeAgentWatch
 from openblox.controller.pod_boundaries import PodBoundaries
 from openblox.controller.pool_claim import PoolClaimer
 from openblox.controller.pool_keeper import PoolKeeper
@@ -58,6 +59,7 @@ class Runtime:
     pools: PoolStore
     pool_keeper: PoolKeeper
     started_watcher: StartedWatcher
+    node_agents: NodeAgentWatch
     election: Election
     stop: threading.Event = field(default_factory=threading.Event)
     threads: list[threading.Thread] = field(default_factory=list)
@@ -183,6 +185,7 @@ class Runtime:
             pools=pools,
             pool_keeper=keeper,
             started_watcher=started,
+            node_agents=NodeAgentWatch(kube, events, held=lambda: election.leading),
             election=election,
         )
 
@@ -193,6 +196,7 @@ class Runtime:
             ("reaper", self.reaper.run),
             ("pools", self.pools.run),
             ("pool-keeper", self.pool_keeper.run),
+            ("node-agents", self.node_agents.run),
             ("election", self.election.run),
         )
         for name, target in loops:

@@ -66,8 +66,12 @@ def slim_pod(pod: Mapping[str, Any]) -> dict[str, Any]:
     }
     if kept_annotations:
         kept_metadata["annotations"] = kept_annotations
+    # nodeSelector: the RuntimeClass's, which admission copied in; a pod no node takes
+    # says which label it waits for (builders/conditions.py).
     kept_spec: dict[str, Any] = {
-        key: spec[key] for key in ("nodeName", "activeDeadlineSeconds") if key in spec
+        key: spec[key]
+        for key in ("nodeName", "activeDeadlineSeconds", "nodeSelector")
+        if key in spec
     }
     kept_spec["containers"] = [
         {"name": c.get("name"), "resources": {"limits": (c.get("resources") or {}).get("limits")}}

@@ -1,5 +1,5 @@
-// openblox-nri: a containerd NRI plugin that gives a sandbox container the mount options
-// and the process cap a pod spec cannot ask for.
+// The NRI plugin: gives a sandbox container the mount options and the process cap a pod
+// spec cannot ask for.
 //
 // Kubernetes mounts emptyDirs without noexec and has no field for it, gVisor turns the
 // /dev/shm that containerd provides into a tmpfs sized from the node's memory, and
@@ -14,17 +14,20 @@
 //     one else create a sandbox-labelled pod). containerd copies the container's rlimits
 //     into every exec of it, and gVisor counts the tasks of the sandbox's uid against it.
 //
-// containerd starts it from its NRI plugin_path at start-up. It changes only the options
-// of mounts the pod spec already has; it adds no host path and no device.
+// The agent connects it to containerd's NRI socket as an external plugin named
+// "openblox", the name sandbox pods require (required-plugins.noderesource.dev): while it
+// is not connected, NRI's default validator refuses to create a sandbox container. It
+// changes only the options of mounts the pod spec already has; it adds no host path and
+// no device.
 package main
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"slices"
 	"strconv"
+	"sync"
 
 	"github.com/containerd/nri/pkg/api"
 	"github.com/containerd/nri/pkg/stub"
@@ -71,7 +74,7 @@ func processCap(annotations map[string]string) (uint64, error) {
 	}
 	count, err := strconv.ParseUint(text, 10, 64)
 	if err != nil || count == 0 || count > maxProcesses {
-		return 0, errors.New("openblox-nri: annotation " + processesAnnotation + "=" +
+		return 0, errors.New("openblox-node-agent: annotation " + processesAnnotation + "=" +
 			strconv.Quote(text) + " is not a process count between 1 and " +
 			strconv.Itoa(maxProcesses) + "; refusing to start the sandbox container")
 	}
@@ -129,14 +132,67 @@ func tmpfsSize(path string) int64 {
 	return int64(fs.Blocks) * fs.Bsize
 }
 
-func main() {
-	s, err := stub.New(plugin{}, stub.WithOnClose(func() { os.Exit(0) }))
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "openblox-nri: %v\n", err)
-		os.Exit(1)
+// nriPlugin is the plugin's connection to containerd: made again after it closes.
+type nriPlugin struct {
+	socket     string
+	mu         sync.Mutex
+	connected  bool
+	lastError  string
+	generation int // of the latest connection attempt
+	closedGen  int // of the latest connection that went down
+}
+
+const (
+	pluginName = "openblox"
+	pluginIdx  = "10"
+)
+
+// ensure connects the plugin unless it is connected; closed is sent to when a connection
+// that was made goes down. The lock is not held while connecting: the stub may call
+// its close callback from inside Start.
+func (n *nriPlugin) ensure(ctx context.Context, closed chan<- struct{}) {
+	n.mu.Lock()
+	if n.connected {
+		n.mu.Unlock()
+		return
 	}
-	if err := s.Run(context.Background()); err != nil {
-		fmt.Fprintf(os.Stderr, "openblox-nri: %v\n", err)
-		os.Exit(1)
+	n.generation++
+	gen := n.generation
+	n.mu.Unlock()
+	s, err := stub.New(plugin{},
+		stub.WithPluginName(pluginName), stub.WithPluginIdx(pluginIdx),
+		stub.WithSocketPath(n.socket),
+		stub.WithOnClose(func() {
+			n.mu.Lock()
+			n.closedGen = gen
+			if n.generation == gen {
+				n.connected = false
+				n.lastError = "containerd closed the NRI connection"
+			}
+			n.mu.Unlock()
+			select {
+			case closed <- struct{}{}:
+			default:
+			}
+		}))
+	if err == nil {
+		err = s.Start(ctx)
 	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	switch {
+	case err != nil:
+		n.lastError = fmt.Sprintf("cannot connect to containerd's NRI socket %s: %v", n.socket, err)
+	case n.closedGen == gen:
+		// It went down before it was ever counted as up.
+	default:
+		n.connected, n.lastError = true, ""
+	}
+}
+
+// state is whether the plugin is connected, and why not.
+func (n *nriPlugin) state() (bool, string) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.connected, n.lastError
 }

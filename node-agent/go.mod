@@ -1,8 +1,9 @@
-module openblox.sh/cluster/nri
+module openblox.sh/node-agent
 
 go 1.24.0
 
 require (
+	github.com/BurntSushi/toml v1.4.0
 	github.com/containerd/nri v0.12.3
 	golang.org/x/sys v0.39.0
 )
