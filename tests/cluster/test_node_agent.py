@@ -77,9 +77,8 @@ def _agent_events(kube: Kube, reason: str) -> list[dict[str, Any]]:
     return [e for e in json.loads(out)["items"] if e.get("reason") == reason]
 
 
-def _agent_pid(kube: Kube) -> int:
-    """The agent's process on the embedded node (the kind nodes' agents run on this
-    machine too, so it is found through the embedded node's containerd)."""
+def _agent_pod(kube: Kube) -> dict[str, Any]:
+    """The embedded node's agent pod (it is the cluster's one node)."""
     pods = json.loads(
         kube.kubectl(
             "get",
@@ -93,7 +92,15 @@ def _agent_pid(kube: Kube) -> int:
         ).stdout
     )["items"]
     (pod,) = [p for p in pods if not p["metadata"].get("deletionTimestamp")]
-    container = pod["status"]["containerStatuses"][0]["containerID"].partition("://")[2]
+    return dict(pod)
+
+
+def _agent_pid(kube: Kube) -> int:
+    """The agent's process on the embedded node (the kind nodes' agents run on this
+    machine too, so it is found through the embedded node's containerd)."""
+    container = _agent_pod(kube)["status"]["containerStatuses"][0]["containerID"].partition("://")[
+        2
+    ]
     inspected = subprocess.run(
         [str(CRICTL), "--runtime-endpoint", CRI_ENDPOINT, "inspect", container],
         capture_output=True,
@@ -257,18 +264,7 @@ def test_the_agents_token_changes_only_its_own_nodes_ready_label_and_lease(
     """What RBAC cannot say, the admission policy does: with the agent's own token (bound
     to its pod, so it names its node), any other label, any other Lease is refused."""
     node = _wait_ready(operator, True)["metadata"]["name"]
-    pod = json.loads(
-        operator.kubectl(
-            "get",
-            "pods",
-            "-n",
-            NODE_AGENT_NAMESPACE,
-            "-l",
-            "app.kubernetes.io/name=openblox-node-agent",
-            "-o",
-            "json",
-        ).stdout
-    )["items"][0]["metadata"]["name"]
+    pod = _agent_pod(operator)["metadata"]["name"]
     token = operator.kubectl(
         "create",
         "token",

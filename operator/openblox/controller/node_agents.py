@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from openblox.controller import metrics
@@ -26,25 +27,17 @@ log = logging.getLogger(__name__)
 INTERVAL_SECONDS = 10.0
 
 
+@dataclass(frozen=True)
 class NodeAgentWatch:
-    def __init__(
-        self,
-        kube: Kube,
-        events: EventRecorder,
-        *,
-        held: Callable[[], bool],
-        interval: float = INTERVAL_SECONDS,
-        clock: Callable[[], datetime] = lambda: datetime.now(UTC),
-    ) -> None:
-        self._kube = kube
-        self._events = events
-        self._held = held
-        self._interval = interval
-        self._clock = clock
+    kube: Kube
+    events: EventRecorder
+    held: Callable[[], bool]
+    interval: float = INTERVAL_SECONDS
+    clock: Callable[[], datetime] = field(default=lambda: datetime.now(UTC))
 
     def run(self, stop: threading.Event) -> None:
-        while not stop.wait(self._interval):
-            if not self._held():
+        while not stop.wait(self.interval):
+            if not self.held():
                 continue
             try:
                 self.run_once()
@@ -55,17 +48,17 @@ class NodeAgentWatch:
 
     def run_once(self) -> list[str]:
         """The nodes whose label it took off."""
-        nodes = self._kube.get(path(plural="nodes"), labelSelector=f"{LABEL_GVISOR_READY}=true")
+        nodes = self.kube.get(path(plural="nodes"), labelSelector=f"{LABEL_GVISOR_READY}=true")
         items = nodes.get("items") or []
         if not items:
             return []
-        leases = self._kube.get(
+        leases = self.kube.get(
             path(group="coordination.k8s.io", plural="leases", namespace=NODE_AGENT_NAMESPACE)
         )
         taken = []
-        for silent in silent_agents(items, leases.get("items") or [], self._clock()):
+        for silent in silent_agents(items, leases.get("items") or [], self.clock()):
             try:
-                self._kube.patch(
+                self.kube.patch(
                     path(plural="nodes", name=silent.node),
                     {"metadata": {"labels": {LABEL_GVISOR_READY: None}}},
                 )
@@ -80,7 +73,7 @@ class NodeAgentWatch:
             log.warning("%s", message)
             # A Node's Events carry its name as their uid, as the kubelet's do: that is
             # what `kubectl describe node` looks for.
-            self._events.record(
+            self.events.record(
                 {
                     "apiVersion": "v1",
                     "kind": "Node",
