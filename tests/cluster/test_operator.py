@@ -554,3 +554,32 @@ def test_a_deleted_network_policy_is_made_again(operator: Kube, sandboxes_ns: st
         )
 
     wait_for("the default-deny policy again", remade, 30)
+
+
+def test_a_pod_the_api_server_refuses_is_named_on_the_sandbox_and_made_once_allowed(
+    operator: Kube, namespace: str
+) -> None:
+    """A quota (or an admission webhook, a LimitRange) of the user's cluster refuses the
+    pod: the Sandbox says so in the API server's words, an Event too, and the same Sandbox
+    gets its pod once the refusal is lifted; nothing is lost."""
+    require_sandbox_room(operator, "code-exec", 1)
+    opt_in(operator, namespace)
+    operator.apply(
+        {
+            "apiVersion": "v1",
+            "kind": "ResourceQuota",
+            "metadata": {"name": "no-pods", "namespace": namespace},
+            "spec": {"hard": {"pods": "0"}},
+        }
+    )
+    operator.apply(sandbox("refused", namespace))
+    body = wait_reason(operator, "refused", namespace, "PodNotCreated", 60)
+    message = ready_condition(body)["message"]
+    assert "the API server refused the pod" in message, message
+    assert "exceeded quota: no-pods" in message, message
+    reasons = {e["reason"] for e in operator.events(namespace, "refused")}
+    assert "PodNotCreated" in reasons, reasons
+    uid = body["metadata"]["uid"]
+    operator.kubectl("delete", "resourcequota", "no-pods", "-n", namespace)
+    ready = wait_reason(operator, "refused", namespace, "Ready", 180)
+    assert ready["metadata"]["uid"] == uid

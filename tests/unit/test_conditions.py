@@ -103,6 +103,14 @@ def test_a_healthy_sandbox_is_ready() -> None:
             id="pod-name-taken",
         ),
         pytest.param(
+            Observation(
+                runtime_available=True,
+                pod_refused="the API server refused the pod: exceeded quota: q, requested: pods=1",
+            ),
+            ("False", "PodNotCreated"),
+            id="pod-refused",
+        ),
+        pytest.param(
             Observation(pod=RUNNING),
             ("Unknown", "RuntimeNotChecked"),
             id="runtime-not-checked",

@@ -211,6 +211,8 @@ class Observation:
     """None until the pod exists."""
     pod_conflict: str | None = None
     """Set when the pod's name is taken by a pod this Sandbox does not own."""
+    pod_refused: str | None = None
+    """Set when the API server refused to create the pod (its words)."""
     node_problem: str | None = None
     """Set when the pod's node stopped answering (see node_trouble)."""
     expiry: Expiry | None = None
@@ -313,6 +315,8 @@ def _pod_ready(observation: Observation) -> _Verdict:
     pod = observation.pod
     if observation.pod_conflict is not None:
         return _Verdict(kind, "False", Reason.POD_CONFLICT, observation.pod_conflict)
+    if observation.pod_refused is not None:
+        return _Verdict(kind, "False", Reason.POD_NOT_CREATED, observation.pod_refused)
     if pod is None:
         if observation.profile_problem is not None or observation.runtime_available is False:
             return _Verdict(

@@ -43,7 +43,7 @@ from openblox.controller.requeue import Requeue
 from openblox.controller.resolve import Wanted, resolve
 from openblox.controller.runtime_checks import RuntimeChecks
 from openblox.controller.sandbox_cache import SandboxCache
-from openblox.controller.sandbox_pods import SandboxPods
+from openblox.controller.sandbox_pods import PodRefused, SandboxPods
 from openblox.controller.unprepared_nodes import UnpreparedNodes, not_prepared
 from openblox.denials import Denial, pod_denial
 from openblox.lifetime import Expiry
@@ -55,6 +55,9 @@ log = logging.getLogger(__name__)
 
 # A reconcile that failed (an API error, a timeout) is tried again, backing off from this.
 ERROR_RETRY_SECONDS = 2.0
+# A pod the API server refused (a quota, an admission policy) is asked for again this
+# often: a quota may free up, a policy may be changed.
+REFUSED_POD_RETRY_SECONDS = 10.0
 
 
 class Reconciler:
@@ -196,9 +199,14 @@ class Reconciler:
             self._requeue.after(key, max((hold.until - now).total_seconds(), 0.0) + 0.1)
             return replace(base, node_not_prepared=hold.message), None
         self._namespaces.prepare(sandbox.namespace)
-        pod, conflict = self._pods.ensure(
-            sandbox, wanted.profile, now, self._unprepared.avoided(now)
-        )
+        try:
+            pod, conflict = self._pods.ensure(
+                sandbox, wanted.profile, now, self._unprepared.avoided(now)
+            )
+        except PodRefused as refused:
+            self._events.record(sandbox_ref(sandbox), Reason.POD_NOT_CREATED, str(refused))
+            self._requeue.after(key, REFUSED_POD_RETRY_SECONDS)
+            return replace(base, pod_refused=str(refused)), None
         if conflict:
             return replace(base, pod_conflict=conflict), None
         if pod is None:

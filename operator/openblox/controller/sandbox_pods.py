@@ -19,13 +19,20 @@ from openblox.builders.pod import (
     pod_name,
     rank_owned_pods,
 )
-from openblox.controller.kube import Kube, is_conflict, is_not_found, path
+from openblox.controller.kube import Kube, is_conflict, is_not_found, path, refusal_reason
 from openblox.controller.pool_claim import PoolClaimer
 from openblox.controller.watched import Watched, slim_pod
 from openblox.models import Profile, Sandbox
 from openblox.names import LABEL_SANDBOX
+from openblox.transport import BadRequest, Forbidden, Invalid
 
 log = logging.getLogger(__name__)
+
+
+class PodRefused(Exception):
+    """The API server refused to create the Sandbox's pod as it stands: an admission
+    policy or webhook, a ResourceQuota or LimitRange, validation. Its words are the
+    message; the same pod is asked for again later (a quota may free up)."""
 
 
 class SandboxPods:
@@ -95,6 +102,10 @@ class SandboxPods:
                 log.info("created pod %s/%s", sandbox.namespace, pod_name(sandbox))
                 self._watched.pod_seen(created)
                 return slim_pod(created), None
+            except (BadRequest, Forbidden, Invalid) as error:
+                raise PodRefused(
+                    f"the API server refused the pod: {refusal_reason(error)}"
+                ) from error
             except Exception as error:
                 if not is_conflict(error):
                     raise
