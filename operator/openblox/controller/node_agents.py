@@ -64,6 +64,12 @@ class NodeAgentWatch:
                 )
             except NotFound:
                 continue  # the node is gone, and its label with it
+            except NotLeader:
+                raise
+            except Exception:
+                # One node that cannot be written must not keep the others labelled.
+                log.exception("could not take %s off node %s", LABEL_GVISOR_READY, silent.node)
+                continue
             taken.append(silent.node)
             metrics.NODE_AGENTS_SILENT.inc()
             message = (
