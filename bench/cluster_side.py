@@ -56,7 +56,7 @@ def profile_yaml(
 ) -> str:
     request = f"cpuRequest: {cpu_request}, " if cpu_request else ""
     return (
-        f"image: {env.SANDBOX_IMAGE}\n"
+        f"image: {env.pinned_sandbox_image()}\n"
         f"runtimeClassName: {runtime}\n"
         + ("unsafe: true\n" if runtime != "gvisor" else "")
         + f"resources: {{cpu: {cpu}, {request}memory: {memory}, scratch: {scratch}, "

@@ -36,6 +36,15 @@ def use_test_helpers() -> None:
             sys.path.insert(0, folder)
 
 
+def pinned_sandbox_image() -> str:
+    """The sandbox image by digest, as profiles name it: this tree's last build."""
+    use_test_helpers()
+    import install_images
+
+    digest = install_images.built_digest(install_images.SANDBOX_IMAGE, install_images.DEFAULT_CACHE)
+    return install_images.pinned(install_images.SANDBOX_IMAGE, digest).reference
+
+
 def tool(name: str) -> str:
     """The node's copy of a tool (kubectl, crictl, runsc) when there is one, else PATH's."""
     candidate = NODE_BIN / name

@@ -167,9 +167,10 @@ case $target in
   gvisor) go_install gvisor "$GVISOR_VERSION" gvisor.dev/gvisor/runsc; build_runsc_shim ;;
   kubeadm) build_kubeadm ;;
   kind) go_install kind "$KIND_VERSION" "sigs.k8s.io/kind" ;;
+  registry) CGO_ENABLED=0 go_install distribution "$DISTRIBUTION_VERSION" github.com/distribution/distribution/v3/cmd/registry ;;
   coredns) go_install coredns "$COREDNS_VERSION" github.com/coredns/coredns ;;
   kind-all) "$0" all; for t in kubeadm kind coredns; do "$0" "$t"; done ;;
-  all) for t in etcd containerd crictl kube-router kubernetes; do "$0" "$t"; done
+  all) for t in etcd containerd crictl kube-router registry kubernetes; do "$0" "$t"; done
        "$0" gvisor ;;
-  *) echo "usage: $0 [kubernetes|etcd|containerd|crictl|kube-router|gvisor|all|kubeadm|kind|coredns|kind-all]" >&2; exit 2 ;;
+  *) echo "usage: $0 [kubernetes|etcd|containerd|crictl|kube-router|registry|gvisor|all|kubeadm|kind|coredns|kind-all]" >&2; exit 2 ;;
 esac

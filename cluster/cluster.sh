@@ -49,8 +49,11 @@ GVISOR_NODE_LABEL=openblox.sh/gvisor
 NRI_SOCKET=/var/run/nri/nri.sock
 RUNSC_CONFIG=/etc/containerd/runsc.toml
 SECCOMP_DIR=/var/lib/kubelet/seccomp
+# The project's registry (CNCF distribution), on loopback only: containerd pulls every
+# openblox.local image from it (docs/adr/0021).
+REGISTRY_ADDRESS=${OPENBLOX_REGISTRY_ADDRESS:-127.0.0.1:5001}
 # Start order; `down` stops in reverse.
-COMPONENTS=(containerd etcd kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy kube-router)
+COMPONENTS=(containerd etcd kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy kube-router registry)
 
 log() { printf '[cluster] %s\n' "$*" >&2; }
 die() { printf '[cluster] error: %s\n' "$*" >&2; exit 1; }
@@ -172,6 +175,7 @@ link_binaries() {
   done
   ln -sfn "$CACHE/kube-router-$KUBE_ROUTER_VERSION/kube-router" "$BIN/kube-router"
   ln -sfn "$CACHE/crictl-$CRI_TOOLS_VERSION/crictl" "$BIN/crictl"
+  ln -sfn "$CACHE/distribution-$DISTRIBUTION_VERSION/registry" "$BIN/registry"
   # gVisor built from the Go module proxy (runsc, systrap platform, and its containerd
   # shim). Debian's 2022 runsc has no shim and, run through the runc shim, containers
   # cannot be stopped; see docs/runtimes.md.
@@ -202,7 +206,17 @@ node_config_digest() {
   sha256sum <"$STATE/config/containerd.toml" | cut -d' ' -f1
 }
 
+start_registry() {
+  start registry "$BIN/registry" serve "$STATE/config/registry.yml"
+  wait_for registry 30 curl -fsS "http://$REGISTRY_ADDRESS/v2/"
+}
+
 start_containerd() {
+  # A containerd left running reads a changed configuration only when it starts again.
+  if running containerd && [[ $(node_config_digest) != "$(cat "$STATE/run/containerd.config" 2>/dev/null)" ]]; then
+    log "containerd's configuration changed: restarting containerd"
+    stop containerd
+  fi
   # containerd finds runtime shims on its PATH.
   start containerd env PATH="$BIN:$PATH" "$BIN/containerd" --config "$STATE/config/containerd.toml"
   wait_for containerd 30 "$BIN/crictl" --runtime-endpoint "unix://$CONTAINERD_SOCK" info
@@ -256,6 +270,10 @@ state = "$RUN/containerd"
   address = "$CONTAINERD_SOCK"
 [plugins.'io.containerd.cri.v1.images']
   snapshotter = "overlayfs"
+  # Where a registry's hosts.toml says how to reach it: openblox.local is the project's
+  # registry on loopback, so no name is ever looked up off this machine.
+  [plugins.'io.containerd.cri.v1.images'.registry]
+    config_path = "$conf/certs.d"
   # Pinned: never garbage-collected, and the pod sandbox image of every pod.
   [plugins.'io.containerd.cri.v1.images'.pinned_images]
     sandbox = "openblox.local/pause:3.10"
@@ -295,6 +313,27 @@ state = "$RUN/containerd"
   socket_path = "$NRI_SOCKET"
   [plugins.'io.containerd.nri.v1.nri'.default_validator]
     enable = true
+EOF
+  mkdir -p "$conf/certs.d/openblox.local" "$ROOT/registry"
+  write_if_changed "$conf/certs.d/openblox.local/hosts.toml" <<EOF
+# openblox.local is the project's registry (cluster/cluster.sh, docs/adr/0021); nothing else.
+server = "http://$REGISTRY_ADDRESS"
+[host."http://$REGISTRY_ADDRESS"]
+  capabilities = ["pull", "resolve"]
+EOF
+  write_if_changed "$conf/registry.yml" <<EOF
+version: 0.1
+log:
+  level: warn
+  accesslog:
+    disabled: true
+storage:
+  filesystem:
+    rootdirectory: $ROOT/registry
+  delete:
+    enabled: true
+http:
+  addr: $REGISTRY_ADDRESS
 EOF
   # openblox's seccomp profile, which sandbox pods name as Localhost openblox/sandbox.json,
   # is the node agent's to install, where a kubelet keeps them by default: this kubelet's
@@ -545,8 +584,8 @@ subjects:
 EOF
 }
 
-# Images are built here and imported, never pulled. Manifests and profiles name them by
-# the project's version (openblox.local/NAME:VERSION); the build tags them by content.
+# Images are built here and imported: this node needs no registry. The install names them
+# by digest (docs/adr/0021); the build also tags them by content.
 import_images() {
   PYTHON=$PYTHON "$here/images/build.sh" --import "$CONTAINERD_SOCK" pause sandbox operator node-agent >/dev/null
   # gVisor's shim serves pause containers from this image of the pause rootfs, with no
@@ -559,9 +598,28 @@ import_images() {
   version=$(sed -n 's/^version = "\(.*\)"/\1/p' "$repo/pyproject.toml")
   for name in sandbox operator node-agent; do
     ref=$(cat "$CACHE/images/$name.ref")
+    # The install names each image by digest (docs/adr/0021); a pull records that name,
+    # an import only the tag, so it is added as a pull would. The version tag is for the
+    # conformance suite's own pods.
     ctr --address "$CONTAINERD_SOCK" -n k8s.io images tag --force "$ref" \
-      "openblox.local/$name:$version" >/dev/null
+      "openblox.local/$name:$version" "openblox.local/$name@$(image_digest "$name")" >/dev/null
   done
+  push_images
+}
+
+# Each image also in the project's registry, where a node that lacks it pulls it from.
+push_images() {
+  local name ref
+  for name in sandbox operator node-agent; do
+    ref=$(cat "$CACHE/images/$name.ref")
+    "$PYTHON" "$here/images/push.py" "$(cat "$CACHE/images/$name.archive")" "$REGISTRY_ADDRESS" \
+      "$name" --tag "${ref##*:}" >/dev/null
+  done
+}
+
+# The manifest digest of the image build.sh last built as NAME.
+image_digest() {
+  "$PYTHON" "$repo/cluster/install_images.py" digest "$1" "$CACHE/images"
 }
 
 # ---------------------------------------------------------------- commands
@@ -663,6 +721,7 @@ cmd_up() {
     --leader-elect=false --bind-address 127.0.0.1 --profiling=false \
     --feature-gates "$FEATURE_GATES"
 
+  start_registry
   import_images
 
   start kubelet "$BIN/kubelet" --config "$STATE/config/kubelet.yaml" \
@@ -746,8 +805,11 @@ case ${1:-} in
   reset) cmd_reset ;;
   status) cmd_status ;;
   env) cmd_env ;;
-  images) running containerd || die "containerd is not running; run: $0 up"; import_images ;;
+  images) running containerd || die "containerd is not running; run: $0 up"
+    running registry || start_registry
+    import_images ;;
+  registry) link_binaries; write_configs "$(default_ip)"; start_registry ;;
   clean-node) mkdir -p "$STATE/run"; clean_node ;;
   etcd-check) cmd_etcd_check ;;
-  *) echo "usage: $0 install|up|down|reset|status|env|images" >&2; exit 2 ;;
+  *) echo "usage: $0 install|up|down|reset|status|env|images|registry" >&2; exit 2 ;;
 esac

@@ -22,6 +22,7 @@ import sys
 import time
 from pathlib import Path
 
+import install_images
 from openblox.models.cluster_support import (
     ADMISSION_DISCOVERY_PATH,
     VERSION_PATH,
@@ -51,8 +52,8 @@ NODES_PATH = "/api/v1/nodes"
 # What an install that stopped at a check has done: nothing to undo, nothing disturbed.
 NOTHING_INSTALLED = "nothing was installed"
 # Where cluster/kind/kind.sh keeps its kubeconfig, and where the image builds are cached.
-KIND_STATE = Path(os.environ.get("OPENBLOX_ROOT", "/var/lib/openblox")) / "kind"
-IMAGE_CACHE = Path(os.environ.get("OPENBLOX_CACHE", "/var/cache/openblox")) / "images"
+STATE_ROOT = Path(os.environ.get("OPENBLOX_ROOT", "/var/lib/openblox"))
+KIND_STATE = STATE_ROOT / "kind"
 
 
 def kubectl(
@@ -97,83 +98,6 @@ def ensure_cluster() -> str:
         # cluster.sh has said what is wrong, and what to do; no traceback on top.
         raise SystemExit(started.returncode)
     return str(EMBEDDED_KUBECONFIG)
-
-
-def _running_operator_image_ids(
-    kubeconfig: str, name: str = OPERATOR_DEPLOYMENT, namespace: str = OPERATOR_NAMESPACE
-) -> set[str]:
-    pods = json.loads(
-        kubectl(
-            kubeconfig,
-            "get",
-            "pods",
-            "-n",
-            namespace,
-            "-l",
-            f"app.kubernetes.io/name={name}",
-            "-o",
-            "json",
-        ).stdout
-    )
-    return {
-        status.get("imageID", "")
-        for pod in pods["items"]
-        if not pod["metadata"].get("deletionTimestamp")
-        for status in pod.get("status", {}).get("containerStatuses", [])
-        if status.get("imageID")
-    }
-
-
-def _built_image_digests(reference: str) -> set[str]:
-    """The config and manifest digests of the image this tree last built under the
-    repository of `reference` (cluster/images/build.sh), or nothing if none was built."""
-    name = reference.rsplit("/", 1)[-1].split(":", 1)[0]
-    ref_file = IMAGE_CACHE / f"{name}.ref"
-    if not ref_file.exists():
-        return set()
-    built = ref_file.read_text().strip()
-    for meta in IMAGE_CACHE.glob(f"{name}-*.json"):
-        record = json.loads(meta.read_text())
-        if record.get("ref") == built:
-            return {record["config"]["digest"], record["manifest"]["digest"]}
-    return set()
-
-
-def _loaded_image_digests(kubeconfig: str, reference: str) -> set[str]:
-    """What the nodes now hold under `reference`: on the embedded cluster, what its
-    containerd says; on the project's kind cluster, the build `kind.sh` loaded into every
-    node; elsewhere (images from a registry) nothing is known, and nothing is restarted."""
-    if kubeconfig == str(EMBEDDED_KUBECONFIG):
-        imported = _imported_image_id(reference)
-        return {imported.split("@")[-1]} if imported else set()
-    if Path(kubeconfig).parent == KIND_STATE:
-        return _built_image_digests(reference)
-    return set()
-
-
-def _imported_image_id(reference: str) -> str | None:
-    crictl = NODE_BIN / "crictl"
-    if not crictl.exists():
-        return None
-    out = subprocess.run(
-        [
-            str(crictl),
-            "--runtime-endpoint",
-            "unix:///run/openblox/containerd/containerd.sock",
-            "inspecti",
-            "-o",
-            "json",
-            reference,
-        ],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if out.returncode != 0:
-        return None
-    image = json.loads(out.stdout).get("status", {})
-    digests: list[str] = image.get("repoDigests") or []
-    return str(image.get("id", "")) if not digests else digests[0]
 
 
 def _raw(kubeconfig: str, request_path: str) -> object:
@@ -234,8 +158,9 @@ def check_nodes(kubeconfig: str) -> None:
 
 
 def install_operator(kubeconfig: str) -> None:
-    """`kubectl apply -k manifests`, then wait until the operator runs the current image.
-    A cluster openblox does not support is refused first, before anything is applied."""
+    """`kubectl apply -k` of an install overlay over `manifests` that names this tree's
+    images by digest, then wait until everything runs them. A cluster openblox does not
+    support is refused first, before anything is applied."""
     check_server(kubeconfig)
     if kubeconfig == str(EMBEDDED_KUBECONFIG):
         # Rebuilds (cached by content) and imports the images of the tree as it is now.
@@ -249,13 +174,25 @@ def install_operator(kubeconfig: str) -> None:
         kubectl(kubeconfig, "label", "nodes", "--all", f"{LABEL_GVISOR_NODE}=true", "--overwrite")
     # After the embedded node's label, so that node is judged as a gVisor node.
     check_nodes(kubeconfig)
-    kubectl(
-        kubeconfig, "apply", "--server-side", "--force-conflicts", "-k", str(REPO / "manifests")
-    )
+    overlay = write_install_overlay(kubeconfig)
+    kubectl(kubeconfig, "apply", "--server-side", "--force-conflicts", "-k", str(overlay))
     ensure_preview_keys(kubeconfig)
-    for name in (OPERATOR_DEPLOYMENT, PREVIEW_DEPLOYMENT):
-        _roll_onto_current_image(kubeconfig, name)
-    _roll_onto_current_image(kubeconfig, NODE_AGENT, "daemonset", NODE_AGENT_NAMESPACE)
+    # A new build is a new digest, so a new pod template: the rollout is the API's own.
+    for workload, namespace in (
+        (f"deployment/{OPERATOR_DEPLOYMENT}", OPERATOR_NAMESPACE),
+        (f"deployment/{PREVIEW_DEPLOYMENT}", OPERATOR_NAMESPACE),
+        (f"daemonset/{NODE_AGENT}", NODE_AGENT_NAMESPACE),
+    ):
+        kubectl(
+            kubeconfig,
+            "rollout",
+            "status",
+            workload,
+            "-n",
+            namespace,
+            "--timeout=180s",
+            timeout=200,
+        )
     wait_for_prepared_nodes(kubeconfig)
     # Admission refuses every Sandbox until the operator has published its profiles.
     kubectl(
@@ -268,6 +205,30 @@ def install_operator(kubeconfig: str) -> None:
         "--timeout=120s",
         timeout=130,
     )
+
+
+def install_overlay_dir(kubeconfig: str) -> Path:
+    """Where the install overlay for the cluster at `kubeconfig` is written."""
+    if kubeconfig == str(EMBEDDED_KUBECONFIG):
+        return EMBEDDED_KUBECONFIG.parent / "install"
+    if Path(kubeconfig).parent == KIND_STATE:
+        return KIND_STATE / "install"
+    return STATE_ROOT / "install"
+
+
+def write_install_overlay(kubeconfig: str) -> Path:
+    """The overlay naming this tree's builds by digest, in the registry OPENBLOX_REGISTRY
+    names (default: openblox.local, the name the embedded and kind nodes hold them by)."""
+    registry = os.environ.get("OPENBLOX_REGISTRY") or install_images.SOURCE_REGISTRY
+    images = install_images.built_images(install_images.DEFAULT_CACHE, registry)
+    manifests = REPO / "manifests"
+    directory = install_overlay_dir(kubeconfig)
+    files = install_images.overlay(
+        images,
+        os.path.relpath(manifests, directory),
+        (manifests / install_images.PROFILES_FILE).read_text(),
+    )
+    return install_images.write_overlay(directory, files)
 
 
 def ensure_preview_keys(kubeconfig: str) -> None:
@@ -290,37 +251,6 @@ def ensure_preview_keys(kubeconfig: str) -> None:
     made = kubectl(kubeconfig, "create", "-f", "-", stdin=json.dumps(secret), check=False)
     if made.returncode != 0 and "AlreadyExists" not in made.stderr:
         raise RuntimeError(f"could not create the preview key Secret: {made.stderr.strip()}")
-
-
-def _roll_onto_current_image(
-    kubeconfig: str, name: str, kind: str = "deployment", namespace: str = OPERATOR_NAMESPACE
-) -> None:
-    """Wait until the workload runs the imported image (restarting it on a rebuild)."""
-    workload = f"{kind}/{name}"
-    image = kubectl(
-        kubeconfig,
-        "get",
-        workload,
-        "-n",
-        namespace,
-        "-o",
-        "jsonpath={.spec.template.spec.containers[0].image}",
-    ).stdout
-    loaded = _loaded_image_digests(kubeconfig, image)
-    running = _running_operator_image_ids(kubeconfig, name, namespace)
-    if loaded and running and not all(any(d in r for d in loaded) for r in running):
-        # Same tag, new content (a rebuilt image): roll the pods (every replica) onto it.
-        kubectl(kubeconfig, "rollout", "restart", workload, "-n", namespace)
-    kubectl(
-        kubeconfig,
-        "rollout",
-        "status",
-        workload,
-        "-n",
-        namespace,
-        "--timeout=180s",
-        timeout=200,
-    )
 
 
 def wait_for_prepared_nodes(kubeconfig: str, timeout: float = 90) -> None:

@@ -181,15 +181,18 @@ cmd_up() {
 # The openblox images, as a user of kind loads them: built (cached), `kind load
 # image-archive`, then tagged in each node under the names the manifests use.
 load_images() {
-  local version name ref node
+  local version name ref node digest
   version=$(sed -n 's/^version = "\(.*\)"/\1/p' "$repo/pyproject.toml")
   PYTHON=$PYTHON "$repo/cluster/images/build.sh" sandbox operator node-agent >/dev/null
   for name in sandbox operator node-agent; do
     ref=$(cat "$CACHE/images/$name.ref")
     kind load image-archive --name "$NAME" \
       "$(find "$CACHE/images" -maxdepth 1 -name "$name-*.tar" -printf '%T@\t%p\n' | sort -rn | head -n 1 | cut -f2)"
+    digest=$("$PYTHON" "$repo/cluster/install_images.py" digest "$name" "$CACHE/images")
+    # The install names it by digest (docs/adr/0021), which only a pull records by itself.
     for node in $(kind get nodes --name "$NAME"); do
-      docker exec "$node" ctr -n k8s.io images tag --force "$ref" "openblox.local/$name:$version" >/dev/null
+      docker exec "$node" ctr -n k8s.io images tag --force "$ref" "openblox.local/$name:$version" \
+        "openblox.local/$name@$digest" >/dev/null
     done
   done
 }

@@ -121,6 +121,7 @@ class Reason(StrEnum):
 
     POD_NOT_CREATED = "PodNotCreated"
     POD_PENDING = "PodPending"
+    IMAGE_NOT_PULLED = "ImageNotPulled"
     POD_FAILED = "PodFailed"
     POD_CONFLICT = "PodConflict"
     NODE_LOST = "NodeLost"

@@ -13,6 +13,7 @@ from typing import Any
 
 import yaml
 
+import install_images
 from tests.cluster.kubectl import Kube
 
 OPERATOR_SA = "system:serviceaccount:openblox-system:openblox-operator"
@@ -117,8 +118,16 @@ def extra_profiles(kube: Kube, profiles: dict[str, str]) -> Iterator[None]:
         )
 
 
+def installed_sandbox_image() -> str:
+    """The sandbox image the install pinned in the shipped profiles: this tree's build."""
+    return install_images.pinned(
+        install_images.SANDBOX_IMAGE,
+        install_images.built_digest(install_images.SANDBOX_IMAGE, install_images.DEFAULT_CACHE),
+    ).reference
+
+
 def profile_yaml(**fields: Any) -> str:
-    document = {"image": "openblox.local/sandbox:0.1.0", **fields}
+    document = {"image": installed_sandbox_image(), **fields}
     return yaml.safe_dump(document)
 
 

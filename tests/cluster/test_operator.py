@@ -258,12 +258,13 @@ def test_broken_profiles_are_refused_and_nothing_is_lost(operator: Kube, sandbox
         "bad-field": profile_yaml(imagePullPolicy="Always"),
         "bad-root": profile_yaml(user=0),
         "bad-runtime": profile_yaml(runtimeClassName="runc"),
+        "bad-tag": profile_yaml(image="openblox.local/sandbox:0.1.0"),
     }
     try:
         with extra_profiles(operator, garbage):
             # An admin's edit turns the shipped profile to garbage too.
             _set_profile(operator, "code-exec", "this: is: not: a profile")
-            events = wait_for("ProfileRefused events", lambda: _refusals(operator, 5), timeout=30)
+            events = wait_for("ProfileRefused events", lambda: _refusals(operator, 6), timeout=30)
             messages = " ".join(e["message"] for e in events)
             assert 'profile "bad-root" is invalid: user must be between 1' in messages
             assert (
@@ -271,6 +272,10 @@ def test_broken_profiles_are_refused_and_nothing_is_lost(operator: Kube, sandbox
                 in messages
             )
             assert 'unknown field "imagePullPolicy"' in messages
+            assert (
+                'profile "bad-tag" is invalid: image "openblox.local/sandbox:0.1.0" is not pinned '
+                "by digest" in messages
+            )
             assert "its last good version stays in service" in messages
             # The last good code-exec still serves new sandboxes.
             operator.apply(sandbox("survivor", sandboxes_ns))

@@ -37,14 +37,11 @@ SYSTEM = "openblox-system"
 FUZZ_PROFILE = "test-fuzz"
 # The shipped profile's fields at the least that boots, so accepted cases cost the node
 # little; the oracle compares against whatever the live ConfigMap says.
-FUZZ_PROFILE_YAML = yaml.safe_dump(
-    {
-        "image": "openblox.local/sandbox:0.1.0",
-        "runtimeClassName": "gvisor",
-        "resources": {"cpu": "10m", "memory": "96Mi", "scratch": "16Mi", "processes": 64},
-        "lifetime": {"idleTimeoutSeconds": 600, "maxAgeSeconds": 1200},
-    }
-)
+FUZZ_PROFILE_FIELDS = {
+    "runtimeClassName": "gvisor",
+    "resources": {"cpu": "10m", "memory": "96Mi", "scratch": "16Mi", "processes": 64},
+    "lifetime": {"idleTimeoutSeconds": 600, "maxAgeSeconds": 1200},
+}
 RECONCILE_SECONDS = 30.0
 
 
@@ -93,7 +90,7 @@ class FuzzNamespace:
             path(plural="namespaces"),
             {"metadata": {"name": self.name, "labels": {"openblox.sh/sandboxes": "enabled"}}},
         )
-        _patch_profiles(self.kube, {FUZZ_PROFILE: FUZZ_PROFILE_YAML})
+        _patch_profiles(self.kube, {FUZZ_PROFILE: _fuzz_profile_yaml(self.kube)})
         try:
             _wait(lambda: FUZZ_PROFILE in _admission_profiles(self.kube), 60, "the fuzz profile")
             yield self
@@ -117,6 +114,12 @@ def _patch_profiles(kube: Kube, data: dict[str, str | None]) -> None:
         {"data": data},
         STRATEGIC_MERGE_PATCH,
     )
+
+
+def _fuzz_profile_yaml(kube: Kube) -> str:
+    """The fuzz profile, on the image the installed code-exec profile pins."""
+    shipped = parse_profile("code-exec", _configmap(kube, "openblox-profiles")["data"]["code-exec"])
+    return yaml.safe_dump({"image": shipped.image, **FUZZ_PROFILE_FIELDS})
 
 
 def _configmap(kube: Kube, name: str) -> dict[str, Any]:

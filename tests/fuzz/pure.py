@@ -31,6 +31,7 @@ from openblox.models import (
 from openblox.preview import tokens
 from tests.fuzz.oracle import Violation, clear, weaknesses
 from tests.fuzz.runner import Surface
+from tests.unit.factories import PINNED_IMAGE
 from tests.unit.test_pod_security import restricted_violations
 
 # --- generated values -------------------------------------------------------------------
@@ -55,7 +56,7 @@ VALUES = st.recursive(
 )
 
 SHIPPED = {
-    "image": "openblox.local/sandbox:0.1.0",
+    "image": PINNED_IMAGE,
     "runtimeClassName": "gvisor",
     "resources": {"cpu": "500m", "memory": "512Mi", "scratch": "128Mi", "processes": 256},
     "exec": {"timeoutSeconds": 60, "outputBytes": 1048576},

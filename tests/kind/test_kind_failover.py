@@ -18,8 +18,8 @@ from typing import Any
 
 import pytest
 
-from openblox.builders.conditions import LOST_NODE_GRACE_SECONDS
 from openblox.builders.pod import NODE_LOSS_TOLERATION_SECONDS
+from openblox.builders.pod_state import LOST_NODE_GRACE_SECONDS
 from tests.cluster.capacity import require_room, sandbox_node_selector, sandbox_requests
 from tests.cluster.kubectl import Kube
 from tests.cluster.sandboxes import (

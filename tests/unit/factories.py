@@ -8,8 +8,11 @@ from openblox.models import Profile, Sandbox, parse_profile, parse_sandbox
 CREATED = datetime(2025, 1, 2, 3, 4, 5, tzinfo=UTC)
 SANDBOX_UID = "0f4c2a9e-5d1b-4f3a-9c7e-2b8d6e1a3f50"
 
+# A sandbox image pinned by digest, as every profile names its image.
+PINNED_IMAGE = "openblox.local/sandbox@sha256:" + "5" * 64
+IMAGE_LINE = f"image: {PINNED_IMAGE}\n"
 # The code-exec profile as shipped: an image, every other field at its default.
-DEFAULT_PROFILE_YAML = "image: openblox.local/sandbox:0.1.0\n"
+DEFAULT_PROFILE_YAML = IMAGE_LINE
 
 
 def default_profile(name: str = "code-exec") -> Profile:

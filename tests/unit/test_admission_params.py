@@ -6,13 +6,13 @@ server by tests/cluster/test_operator.py; here, the lines it is given.
 
 from openblox.builders.admission import admission_entry, build_admission_configmap
 from openblox.models import parse_profile
+from tests.unit.factories import IMAGE_LINE
 
 
 def test_an_unscoped_profile_allows_every_opted_in_namespace_and_carries_its_lifetime() -> None:
     profile = parse_profile(
         "code-exec",
-        "image: openblox.local/sandbox:0.1.0\n"
-        "lifetime: {idleTimeoutSeconds: 600, maxAgeSeconds: 1800}\n",
+        IMAGE_LINE + "lifetime: {idleTimeoutSeconds: 600, maxAgeSeconds: 1800}\n",
     )
     assert admission_entry(profile) == "* maxAgeSeconds:1800 idleTimeoutSeconds:600"
 
@@ -20,8 +20,7 @@ def test_an_unscoped_profile_allows_every_opted_in_namespace_and_carries_its_lif
 def test_a_scoped_profile_lists_names_and_labels_before_the_lifetime() -> None:
     profile = parse_profile(
         "team",
-        "image: openblox.local/sandbox:0.1.0\n"
-        "namespaces: {names: [b, a], selector: {matchLabels: {tier: gold}}}\n",
+        IMAGE_LINE + "namespaces: {names: [b, a], selector: {matchLabels: {tier: gold}}}\n",
     )
     assert admission_entry(profile) == (
         "ns:a ns:b label:tier=gold maxAgeSeconds:3600 idleTimeoutSeconds:900"
@@ -29,9 +28,7 @@ def test_a_scoped_profile_lists_names_and_labels_before_the_lifetime() -> None:
 
 
 def test_the_configmap_holds_one_line_per_profile() -> None:
-    profiles = {
-        name: parse_profile(name, "image: openblox.local/sandbox:0.1.0\n") for name in ("b", "a")
-    }
+    profiles = {name: parse_profile(name, IMAGE_LINE) for name in ("b", "a")}
     data = build_admission_configmap(profiles)["data"]
     assert list(data) == ["a", "b"]
     assert data["a"] == "* maxAgeSeconds:3600 idleTimeoutSeconds:900"

@@ -13,7 +13,7 @@ from openblox.builders import (
     compute_conditions,
     status_changed,
 )
-from openblox.builders.conditions import (
+from openblox.builders.pod_state import (
     LOST_NODE_GRACE_SECONDS,
     lost_node,
     node_trouble,
@@ -89,8 +89,8 @@ def test_a_healthy_sandbox_is_ready() -> None:
             Observation(
                 runtime_available=True, pod=PodState("Pending", reason="ErrImageNeverPull")
             ),
-            ("False", "PodPending"),
-            id="image-not-imported",
+            ("False", "ImageNotPulled"),
+            id="image-not-on-the-node",
         ),
         pytest.param(
             Observation(runtime_available=True, pod=PodState("Failed")),
@@ -185,12 +185,22 @@ def test_expiry_says_which_limit_and_when() -> None:
     [
         (PodState("Pending"), "the pod is Pending"),
         (
-            PodState("Pending", reason="ErrImageNeverPull", message='image "x" is not present'),
-            'the pod is Pending: ErrImageNeverPull: image "x" is not present',
+            PodState("Pending", reason="ContainerCreating"),
+            "the pod is Pending: ContainerCreating",
+        ),
+        (
+            PodState(
+                "Pending",
+                reason="ImagePullBackOff",
+                message='Back-off pulling image "r/x@sha256:1": not found',
+            ),
+            "the sandbox image could not be pulled (ImagePullBackOff): "
+            'Back-off pulling image "r/x@sha256:1": not found',
         ),
     ],
 )
 def test_a_pending_pod_says_what_it_waits_for(pod: PodState, message: str) -> None:
+    """An image the kubelet cannot get is named with the registry's answer."""
     pod_ready = by_type(compute_conditions(Observation(pod=pod), 1, [], NOW))["PodReady"]
     assert pod_ready["message"] == message
 

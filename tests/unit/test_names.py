@@ -23,7 +23,7 @@ GUEST = PACKAGE / "guest"
 
 # Literals that equal a names.py value and are still not that name: (file, value) -> why.
 NOT_NAMES_PY = {
-    ("builders/conditions.py", "Ready"): "the pod's Ready condition (Kubernetes')",
+    ("builders/pod_state.py", "Ready"): "the pod's Ready condition (Kubernetes')",
     ("denials/observed.py", "Ready"): "the pod's Ready condition (Kubernetes')",
     ("conformance/cluster_api.py", "Ready"): "the pod's Ready condition (Kubernetes')",
     ("conformance/checks/resources.py", "Ready"): "the node's Ready condition (Kubernetes')",

@@ -27,7 +27,7 @@ from openblox.models.node_preparation import (
     split_probe_output,
     unmet_requirements,
 )
-from tests.unit.factories import make_sandbox
+from tests.unit.factories import IMAGE_LINE, make_sandbox
 from tests.unit.test_operator_loop import (
     NOW,
     FakeKube,
@@ -122,7 +122,8 @@ def test_the_output_splits_where_each_file_begins() -> None:
 def test_the_requirements_come_from_the_pod_the_operator_built() -> None:
     profile = parse_profile(
         "small",
-        "image: example/small:1\nresources: {memory: 512Mi, scratch: 64Mi, processes: 100}\n",
+        f"image: example/small:1@sha256:{'7' * 64}\n"
+        "resources: {memory: 512Mi, scratch: 64Mi, processes: 100}\n",
     )
     pod = build_pod(make_sandbox(), profile, now=NOW)
     needs = requirements_of(pod, "gvisor")
@@ -246,7 +247,7 @@ def test_several_avoided_nodes_make_one_valid_preference() -> None:
     a list (kind's three nodes showed the difference)."""
     pod = build_pod(
         make_sandbox(),
-        parse_profile("p", "image: x/y:1\n"),
+        parse_profile("p", IMAGE_LINE),
         now=NOW,
         avoid_nodes=frozenset({"worker2", "worker"}),
     )

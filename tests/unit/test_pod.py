@@ -5,7 +5,7 @@ import pytest
 from openblox.builders import build_pod, is_owned_by, pod_name
 from openblox.builders.pod import rank_owned_pods, unsealed_boundary_patch
 from openblox.models import LifetimeTooLong, parse_profile
-from tests.unit.factories import CREATED, SANDBOX_UID, default_profile, make_sandbox
+from tests.unit.factories import CREATED, IMAGE_LINE, SANDBOX_UID, default_profile, make_sandbox
 
 
 def container(pod: dict[str, Any]) -> dict[str, Any]:
@@ -64,7 +64,8 @@ def test_labels_and_digest_identify_sandbox_and_profile_version() -> None:
 def test_the_profile_shapes_the_pod() -> None:
     profile = parse_profile(
         "big",
-        "image: example/big:1\nruntimeClassName: kata\ncommand: [/bin/sleep, '1e9']\n"
+        f"image: example/big:1@sha256:{'7' * 64}\n"
+        "runtimeClassName: kata\ncommand: [/bin/sleep, '1e9']\n"
         "user: 4242\ngroup: 4343\n"
         "resources: {cpu: 2, memory: 4Gi, scratch: 1Gi, ephemeralStorage: 1Gi}\n",
     )
@@ -74,7 +75,7 @@ def test_the_profile_shapes_the_pod() -> None:
     assert spec["runtimeClassName"] == "kata"
     assert spec["securityContext"]["runAsUser"] == 4242
     assert spec["securityContext"]["runAsGroup"] == 4343
-    assert container(pod)["image"] == "example/big:1"
+    assert container(pod)["image"] == "example/big:1@sha256:" + "7" * 64
     assert container(pod)["command"] == ["/bin/sleep", "1e9"]
     limits = {"cpu": "2", "memory": "4Gi", "ephemeral-storage": "1Gi"}
     assert container(pod)["resources"] == {"requests": limits, "limits": limits}
@@ -87,7 +88,7 @@ def test_the_profile_shapes_the_pod() -> None:
 
 def test_a_cpu_request_below_the_limit_lowers_only_the_cpu_request() -> None:
     profile = parse_profile(
-        "dense", "image: i\nresources: {cpu: 500m, cpuRequest: 50m, memory: 512Mi}\n"
+        "dense", IMAGE_LINE + "resources: {cpu: 500m, cpuRequest: 50m, memory: 512Mi}\n"
     )
 
     resources = container(build_pod(make_sandbox(), profile, now=CREATED))["resources"]

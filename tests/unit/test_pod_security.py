@@ -13,7 +13,7 @@ import pytest
 
 from openblox.builders import build_pod
 from openblox.models import parse_profile
-from tests.unit.factories import CREATED, default_profile, make_sandbox
+from tests.unit.factories import CREATED, IMAGE_LINE, default_profile, make_sandbox
 
 RESTRICTED_VOLUME_TYPES = {
     "configMap", "csi", "downwardAPI", "emptyDir", "ephemeral",
@@ -84,10 +84,10 @@ def restricted_violations(pod: dict[str, Any]) -> Iterator[str]:
 
 
 PROFILES = {
-    "default": "image: i\n",
-    "kata": "image: i\nruntimeClassName: kata\n",
-    "unsafe runc": "image: i\nruntimeClassName: runc\nunsafe: true\n",
-    "big": "image: i\nuser: 65534\ngroup: 65534\nresources: {memory: 8Gi, scratch: 2Gi}\n",
+    "default": IMAGE_LINE,
+    "kata": IMAGE_LINE + "runtimeClassName: kata\n",
+    "unsafe runc": IMAGE_LINE + "runtimeClassName: runc\nunsafe: true\n",
+    "big": IMAGE_LINE + "user: 65534\ngroup: 65534\nresources: {memory: 8Gi, scratch: 2Gi}\n",
 }
 
 

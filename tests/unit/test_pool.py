@@ -20,7 +20,7 @@ from openblox.pool.plan import (
     pool_pod_view,
 )
 from openblox.timestamps import format_timestamp
-from tests.unit.factories import CREATED, default_profile, make_sandbox
+from tests.unit.factories import CREATED, IMAGE_LINE, default_profile, make_sandbox
 
 POOL = Pool("warm", "code-exec", ("team-a",), 3)
 T0 = datetime(2025, 1, 2, 3, 4, 5, tzinfo=UTC)
@@ -109,7 +109,7 @@ def test_a_pool_pod_has_the_cold_pods_spec_and_digest_but_no_owner_and_no_deadli
 
 def test_a_pool_pod_requests_the_cpu_a_cold_pod_of_its_profile_requests() -> None:
     profile = parse_profile(
-        "code-exec", "image: i\nresources: {cpu: 500m, cpuRequest: 50m, memory: 512Mi}\n"
+        "code-exec", IMAGE_LINE + "resources: {cpu: 500m, cpuRequest: 50m, memory: 512Mi}\n"
     )
     cold = build_pod(make_sandbox(), profile, now=CREATED)["spec"]["containers"][0]["resources"]
     warm = build_pool_pod(POOL, "team-a", profile, "abcde")["spec"]["containers"][0]["resources"]

@@ -17,7 +17,7 @@ from openblox.models import (
     parse_profiles,
     resolve_profile,
 )
-from tests.unit.factories import DEFAULT_PROFILE_YAML, default_profile
+from tests.unit.factories import DEFAULT_PROFILE_YAML, IMAGE_LINE, PINNED_IMAGE, default_profile
 
 MI = 1024**2
 OPTED_IN = {"openblox.sh/sandboxes": "enabled"}
@@ -28,7 +28,7 @@ def test_every_field_but_image_takes_its_restrictive_default() -> None:
 
     assert profile == Profile(
         name="code-exec",
-        image="openblox.local/sandbox:0.1.0",
+        image=PINNED_IMAGE,
         runtime_class_name="gvisor",
         unsafe=False,
         command=("/usr/bin/tini", "-s", "--", "/bin/sleep", "infinity"),
@@ -48,12 +48,15 @@ def test_every_field_but_image_takes_its_restrictive_default() -> None:
     assert profile.expected_boundary == "gvisor"
 
 
+DS_IMAGE = "registry.local:5000/ds@sha256:" + "0123" * 16
+
+
 def test_parses_every_field() -> None:
     profile = parse_profile(
         "data-science",
-        textwrap.dedent(
+        f"image: {DS_IMAGE}\n"
+        + textwrap.dedent(
             """
-            image: registry.local/ds@sha256:0123
             runtimeClassName: kata
             command: [/bin/sleep, infinity]
             user: 2000
@@ -69,7 +72,7 @@ def test_parses_every_field() -> None:
         ),
     )
 
-    assert profile.image == "registry.local/ds@sha256:0123"
+    assert profile.image == DS_IMAGE
     assert profile.runtime_class_name == "kata"
     assert profile.expected_boundary == "kata"
     assert profile.command == ("/bin/sleep", "infinity")
@@ -89,15 +92,15 @@ def test_parses_every_field() -> None:
 
 
 def test_numeric_quantities_keep_a_usable_text_for_the_pod() -> None:
-    profile = parse_profile("p", "image: i\nresources: {cpu: 2, memory: 1073741824}\n")
+    profile = parse_profile("p", IMAGE_LINE + "resources: {cpu: 2, memory: 1073741824}\n")
 
     assert profile.resources.cpu == Quantity("2", 2000)
     assert profile.resources.memory == Quantity("1073741824", 1024 * MI)
 
 
 def test_cpu_is_requested_at_its_limit_unless_the_profile_asks_for_less() -> None:
-    guaranteed = parse_profile("p", "image: i\nresources: {cpu: 500m}\n").resources
-    burstable = parse_profile("p", "image: i\nresources: {cpu: 500m, cpuRequest: 50m}\n")
+    guaranteed = parse_profile("p", IMAGE_LINE + "resources: {cpu: 500m}\n").resources
+    burstable = parse_profile("p", IMAGE_LINE + "resources: {cpu: 500m, cpuRequest: 50m}\n")
 
     assert guaranteed.cpu_request is None
     assert guaranteed.effective_cpu_request == Quantity("500m", 500)
@@ -108,13 +111,13 @@ def test_cpu_is_requested_at_its_limit_unless_the_profile_asks_for_less() -> Non
 
 
 def test_a_cpu_request_equal_to_the_limit_is_the_default_spelled_out() -> None:
-    spelled_out = parse_profile("p", "image: i\nresources: {cpu: 500m, cpuRequest: 500m}\n")
+    spelled_out = parse_profile("p", IMAGE_LINE + "resources: {cpu: 500m, cpuRequest: 500m}\n")
 
-    assert spelled_out == parse_profile("p", "image: i\nresources: {cpu: 500m}\n")
+    assert spelled_out == parse_profile("p", IMAGE_LINE + "resources: {cpu: 500m}\n")
 
 
 def test_an_unsafe_profile_may_name_an_unapproved_runtime_and_claims_no_boundary() -> None:
-    profile = parse_profile("debug", "image: i\nruntimeClassName: runc\nunsafe: true\n")
+    profile = parse_profile("debug", IMAGE_LINE + "runtimeClassName: runc\nunsafe: true\n")
 
     assert profile.runtime_class_name == "runc"
     assert profile.unsafe is True
@@ -123,7 +126,7 @@ def test_an_unsafe_profile_may_name_an_unapproved_runtime_and_claims_no_boundary
 
 def test_yaml_merge_keys_may_override_merged_values() -> None:
     raw_yaml = """
-        image: i
+        image: i@sha256:5555555555555555555555555555555555555555555555555555555555555555
         lifetime:
           <<: {idleTimeoutSeconds: 10, maxAgeSeconds: 20}
           maxAgeSeconds: 30
@@ -135,7 +138,7 @@ def test_yaml_merge_keys_may_override_merged_values() -> None:
 
 def test_to_dict_is_the_yaml_form_and_parses_back_to_the_same_profile() -> None:
     profile = parse_profile(
-        "p", "image: i\nnamespaces: {names: [b, a], selector: {matchLabels: {x: y}}}\n"
+        "p", IMAGE_LINE + "namespaces: {names: [b, a], selector: {matchLabels: {x: y}}}\n"
     )
     document = profile.to_dict()
 
@@ -151,9 +154,7 @@ class TestDigest:
         assert int(default_profile().digest, 16) >= 0
 
     def test_ignores_spelling_that_changes_nothing(self) -> None:
-        spelled_out = (
-            "image: openblox.local/sandbox:0.1.0\nuser: 1000\nexec: {timeoutSeconds: 60}\n"
-        )
+        spelled_out = IMAGE_LINE + "user: 1000\nexec: {timeoutSeconds: 60}\n"
         assert parse_profile("code-exec", spelled_out).digest == default_profile().digest
 
     def test_covers_content_not_the_key_it_is_stored_under(self) -> None:
@@ -178,7 +179,9 @@ class TestDigest:
         assert changed.digest != default_profile().digest
 
     def test_changes_with_the_image(self) -> None:
-        changed = parse_profile("code-exec", "image: openblox.local/sandbox:0.2.0\n")
+        changed = parse_profile(
+            "code-exec", "image: openblox.local/sandbox@sha256:" + "6" * 64 + "\n"
+        )
         assert changed.digest != default_profile().digest
 
 
@@ -187,13 +190,13 @@ class TestAllowsNamespace:
         assert default_profile().allows_namespace("anything", {})
 
     def test_by_name(self) -> None:
-        profile = parse_profile("p", "image: i\nnamespaces: {names: [team-a]}\n")
+        profile = parse_profile("p", IMAGE_LINE + "namespaces: {names: [team-a]}\n")
         assert profile.allows_namespace("team-a", {})
         assert not profile.allows_namespace("team-b", {"team": "a"})
 
     def test_by_every_selector_label(self) -> None:
         profile = parse_profile(
-            "p", "image: i\nnamespaces: {selector: {matchLabels: {team: a, tier: dev}}}\n"
+            "p", IMAGE_LINE + "namespaces: {selector: {matchLabels: {team: a, tier: dev}}}\n"
         )
         assert profile.allows_namespace("x", {"team": "a", "tier": "dev", "other": "1"})
         assert not profile.allows_namespace("x", {"team": "a"})
@@ -201,14 +204,14 @@ class TestAllowsNamespace:
 
     def test_by_name_or_selector(self) -> None:
         profile = parse_profile(
-            "p", "image: i\nnamespaces: {names: [ops], selector: {matchLabels: {team: a}}}\n"
+            "p", IMAGE_LINE + "namespaces: {names: [ops], selector: {matchLabels: {team: a}}}\n"
         )
         assert profile.allows_namespace("ops", {})
         assert profile.allows_namespace("x", {"team": "a"})
         assert not profile.allows_namespace("x", {"team": "b"})
 
     def test_an_empty_selector_matches_every_namespace_as_in_kubernetes(self) -> None:
-        profile = parse_profile("p", "image: i\nnamespaces: {selector: {}}\n")
+        profile = parse_profile("p", IMAGE_LINE + "namespaces: {selector: {}}\n")
         assert profile.allows_namespace("x", {})
 
 
@@ -217,8 +220,8 @@ class TestResolveProfile:
         self.profiles, self.broken = parse_profiles(
             {
                 "code-exec": DEFAULT_PROFILE_YAML,
-                "ops-only": "image: i\nnamespaces: {names: [ops]}\n",
-                "broken": "image: i\nuser: 0\n",
+                "ops-only": IMAGE_LINE + "namespaces: {names: [ops]}\n",
+                "broken": IMAGE_LINE + "user: 0\n",
             }
         )
 
@@ -272,3 +275,16 @@ class TestResolveProfile:
     def test_a_last_good_version_kept_by_the_caller_wins_over_its_broken_successor(self) -> None:
         kept = {**self.profiles, "broken": self.profiles["code-exec"]}
         assert resolve_profile("broken", "team-a", OPTED_IN, kept, self.broken) == kept["broken"]
+
+
+@pytest.mark.parametrize(
+    "image",
+    [
+        "sandbox@sha256:" + "a" * 64,
+        "openblox.local/sandbox@sha256:" + "a" * 64,
+        "localhost:5001/openblox/sandbox@sha256:" + "a" * 64,
+        "registry.example/team/sandbox:1.0@sha256:" + "a" * 64,
+    ],
+)
+def test_an_image_pinned_by_digest_is_taken_as_written(image: str) -> None:
+    assert parse_profile("p", f"image: {image}\n").image == image

@@ -4,7 +4,7 @@ and a broken profile never takes the other profiles in the ConfigMap down with i
 import pytest
 
 from openblox.models import ProfileError, parse_profile, parse_profiles
-from tests.unit.factories import DEFAULT_PROFILE_YAML
+from tests.unit.factories import DEFAULT_PROFILE_YAML, IMAGE_LINE
 
 BAD_PROFILES = {
     "invalid YAML": (
@@ -24,21 +24,21 @@ BAD_PROFILES = {
         "a profile must be a mapping, got null",
     ),
     "unknown field": (
-        "image: i\nnetwork: host\n",
+        IMAGE_LINE + "network: host\n",
         'unknown field "network" (known fields: image, runtimeClassName, unsafe, command, '
         "user, group, resources, exec, lifetime, namespaces)",
     ),
     "unknown field with a likely typo": (
-        "image: i\nruntimeClass: gvisor\n",
+        IMAGE_LINE + "runtimeClass: gvisor\n",
         'unknown field "runtimeClass"; did you mean "runtimeClassName"?',
     ),
     "unknown nested field": (
-        "image: i\nresources: {memroy: 1Gi}\n",
+        IMAGE_LINE + "resources: {memroy: 1Gi}\n",
         'unknown field "resources.memroy"; did you mean "memory"? (known fields in '
         "resources: cpu, cpuRequest, memory, scratch, processes, ephemeralStorage)",
     ),
     "unknown field two levels down": (
-        "image: i\nnamespaces: {selector: {matchExpressions: []}}\n",
+        IMAGE_LINE + "namespaces: {selector: {matchExpressions: []}}\n",
         'unknown field "namespaces.selector.matchExpressions"',
     ),
     "missing image": (
@@ -53,143 +53,166 @@ BAD_PROFILES = {
         "image: my image\n",
         'image "my image" must not contain whitespace',
     ),
+    "image by tag only": (
+        "image: registry.example/sandbox:1.0\n",
+        'image "registry.example/sandbox:1.0" is not pinned by digest: name it as '
+        "registry.example/sandbox:1.0@sha256:<digest>, with the digest the registry gives for "
+        "the image you reviewed",
+    ),
+    "image with a short digest": (
+        "image: registry.example/sandbox@sha256:abc\n",
+        'image "registry.example/sandbox@sha256:abc" has the digest "sha256:abc": a digest is '
+        "sha256: and 64 lowercase hexadecimal digits",
+    ),
+    "image with another algorithm": (
+        "image: sandbox@md5:" + "a" * 32 + "\n",
+        'has the digest "md5:' + "a" * 32 + '"',
+    ),
+    "image whose name has capitals": (
+        "image: Registry.example/Sandbox@sha256:" + "a" * 64 + "\n",
+        'has the name "Registry.example/Sandbox", which is not an image reference',
+    ),
+    "image with a digest and no name": (
+        "image: '@sha256:" + "a" * 64 + "'\n",
+        'has the name "", which is not an image reference',
+    ),
     "unapproved runtime": (
-        "image: i\nruntimeClassName: runc\n",
+        IMAGE_LINE + "runtimeClassName: runc\n",
         'runtimeClassName "runc" is not approved for untrusted code (approved: gvisor, kata); '
         "set unsafe: true only if you accept a weaker boundary",
     ),
     "runtime that is not a name": (
-        "image: i\nruntimeClassName: Not_A_Name\nunsafe: true\n",
+        IMAGE_LINE + "runtimeClassName: Not_A_Name\nunsafe: true\n",
         'runtimeClassName "Not_A_Name" is not a valid RuntimeClass name',
     ),
     "unsafe not a boolean": (
-        "image: i\nunsafe: 'yes'\n",
+        IMAGE_LINE + "unsafe: 'yes'\n",
         'unsafe must be true or false, got string "yes"',
     ),
     "root user": (
-        "image: i\nuser: 0\n",
+        IMAGE_LINE + "user: 0\n",
         "user must be between 1 and 2147483647, got 0",
     ),
     "negative group": (
-        "image: i\ngroup: -5\n",
+        IMAGE_LINE + "group: -5\n",
         "group must be between 1 and 2147483647, got -5",
     ),
     "user as a string": (
-        "image: i\nuser: '1000'\n",
+        IMAGE_LINE + "user: '1000'\n",
         'user must be a whole number, got string "1000"',
     ),
     "user as a boolean": (
-        "image: i\nuser: true\n",
+        IMAGE_LINE + "user: true\n",
         "user must be a whole number, got boolean true",
     ),
     "empty command": (
-        "image: i\ncommand: []\n",
+        IMAGE_LINE + "command: []\n",
         "command must be a non-empty list of strings starting with the program, got a list",
     ),
     "command as a string": (
-        "image: i\ncommand: sleep infinity\n",
+        IMAGE_LINE + "command: sleep infinity\n",
         "command must be a non-empty list of strings starting with the program, "
         'got string "sleep infinity"',
     ),
     "bad quantity": (
-        "image: i\nresources: {memory: 1GB}\n",
+        IMAGE_LINE + "resources: {memory: 1GB}\n",
         'resources.memory: "1GB" is not a Kubernetes quantity (for example 500m, 2, 512Mi, 1Gi)',
     ),
     "milli bytes": (
-        "image: i\nresources: {memory: 512m}\n",
+        IMAGE_LINE + "resources: {memory: 512m}\n",
         "resources.memory 512m is not a whole number of bytes "
         '("m" means thousandths; did you mean "Mi"?)',
     ),
     "sub-millicore cpu": (
-        "image: i\nresources: {cpu: 0.0001}\n",
+        IMAGE_LINE + "resources: {cpu: 0.0001}\n",
         "resources.cpu 0.0001 is finer than one millicore (1m)",
     ),
     "zero cpu": (
-        "image: i\nresources: {cpu: '0'}\n",
+        IMAGE_LINE + "resources: {cpu: '0'}\n",
         "resources.cpu must be greater than zero, got 0",
     ),
     "cpu request above its limit": (
-        "image: i\nresources: {cpu: 500m, cpuRequest: 600m}\n",
+        IMAGE_LINE + "resources: {cpu: 500m, cpuRequest: 600m}\n",
         "resources.cpuRequest 600m is above resources.cpu 500m: a request can be at most "
         "the limit (leave cpuRequest out to make them equal)",
     ),
     "cpu request above the default limit": (
-        "image: i\nresources: {cpuRequest: 2}\n",
+        IMAGE_LINE + "resources: {cpuRequest: 2}\n",
         "resources.cpuRequest 2 is above resources.cpu 1",
     ),
     "negative cpu request": (
-        "image: i\nresources: {cpu: 500m, cpuRequest: -50m}\n",
+        IMAGE_LINE + "resources: {cpu: 500m, cpuRequest: -50m}\n",
         "resources.cpuRequest must be greater than zero, got -50m",
     ),
     "zero cpu request": (
-        "image: i\nresources: {cpu: 500m, cpuRequest: 0}\n",
+        IMAGE_LINE + "resources: {cpu: 500m, cpuRequest: 0}\n",
         "resources.cpuRequest must be greater than zero, got 0",
     ),
     "cpu request that is not a quantity": (
-        "image: i\nresources: {cpu: 500m, cpuRequest: half}\n",
+        IMAGE_LINE + "resources: {cpu: 500m, cpuRequest: half}\n",
         'resources.cpuRequest: "half" is not a Kubernetes quantity',
     ),
     "cpu request as a mapping": (
-        "image: i\nresources: {cpu: 500m, cpuRequest: {min: 50m}}\n",
+        IMAGE_LINE + "resources: {cpu: 500m, cpuRequest: {min: 50m}}\n",
         "resources.cpuRequest must be a quantity such as 512Mi, got a mapping",
     ),
     "sub-millicore cpu request": (
-        "image: i\nresources: {cpu: 500m, cpuRequest: 0.0005}\n",
+        IMAGE_LINE + "resources: {cpu: 500m, cpuRequest: 0.0005}\n",
         "resources.cpuRequest 0.0005 is finer than one millicore (1m)",
     ),
     "negative memory": (
-        "image: i\nresources: {memory: -1Gi}\n",
+        IMAGE_LINE + "resources: {memory: -1Gi}\n",
         "resources.memory must be greater than zero, got -1Gi",
     ),
     "quantity as a list": (
-        "image: i\nresources: {scratch: [1]}\n",
+        IMAGE_LINE + "resources: {scratch: [1]}\n",
         "resources.scratch must be a quantity such as 512Mi, got a list",
     ),
     "absurd quantity": (
-        "image: i\nresources: {ephemeralStorage: 100Ei}\n",
+        IMAGE_LINE + "resources: {ephemeralStorage: 100Ei}\n",
         "resources.ephemeralStorage 100Ei is too large",
     ),
     "zero processes": (
-        "image: i\nresources: {processes: 0}\n",
+        IMAGE_LINE + "resources: {processes: 0}\n",
         "resources.processes must be between 1 and 2147483647, got 0",
     ),
     "zero timeout": (
-        "image: i\nexec: {timeoutSeconds: 0}\n",
+        IMAGE_LINE + "exec: {timeoutSeconds: 0}\n",
         "exec.timeoutSeconds must be between 1 and 2147483647, got 0",
     ),
     "fractional output cap": (
-        "image: i\nexec: {outputBytes: 1.5}\n",
+        IMAGE_LINE + "exec: {outputBytes: 1.5}\n",
         "exec.outputBytes must be a whole number, got number 1.5",
     ),
     "negative idle timeout": (
-        "image: i\nlifetime: {idleTimeoutSeconds: -1}\n",
+        IMAGE_LINE + "lifetime: {idleTimeoutSeconds: -1}\n",
         "lifetime.idleTimeoutSeconds must be between 1 and 2147483647, got -1",
     ),
     "section not a mapping": (
-        "image: i\nlifetime: 3600\n",
+        IMAGE_LINE + "lifetime: 3600\n",
         "lifetime must be a mapping, got number 3600",
     ),
     "scratch larger than memory": (
-        "image: i\nresources: {memory: 256Mi, scratch: 1Gi}\n",
+        IMAGE_LINE + "resources: {memory: 256Mi, scratch: 1Gi}\n",
         "resources.scratch 1Gi does not fit in resources.memory 256Mi: /tmp and /workspace "
         "are each a tmpfs of up to 1Gi, plus 16Mi of state, all drawn from the memory limit, "
         "so memory must be more than 2 x scratch + 16Mi",
     ),
     "scratch that leaves no memory to run in": (
-        "image: i\nresources: {memory: 272Mi, scratch: 128Mi}\n",
+        IMAGE_LINE + "resources: {memory: 272Mi, scratch: 128Mi}\n",
         "resources.scratch 128Mi does not fit in resources.memory 272Mi",
     ),
     "namespaces allowing nothing": (
-        "image: i\nnamespaces: {names: []}\n",
+        IMAGE_LINE + "namespaces: {names: []}\n",
         "namespaces must list names or a selector; remove it to allow every namespace "
         "that has opted in to sandboxes",
     ),
     "namespace that is not a name": (
-        "image: i\nnamespaces: {names: [Team_A]}\n",
+        IMAGE_LINE + "namespaces: {names: [Team_A]}\n",
         'namespaces.names: string "Team_A" is not a namespace name',
     ),
     "unquoted boolean label value": (
-        "image: i\nnamespaces: {selector: {matchLabels: {sandboxes: true}}}\n",
+        IMAGE_LINE + "namespaces: {selector: {matchLabels: {sandboxes: true}}}\n",
         "namespaces.selector.matchLabels.sandboxes must be a string (quote true, false and "
         "numbers in YAML), got boolean true",
     ),
@@ -223,7 +246,7 @@ def test_one_broken_profile_never_hides_the_others() -> None:
     data |= {
         "code-exec": DEFAULT_PROFILE_YAML,
         "Bad_Name": DEFAULT_PROFILE_YAML,
-        "zz-last": "image: z\n",
+        "zz-last": IMAGE_LINE,
     }
 
     profiles, broken = parse_profiles(data)

@@ -8,13 +8,13 @@ from openblox.builders.conditions import (
     Condition,
     ConditionStatus,
     Observation,
-    PodState,
     Problem,
     compute_conditions,
     status_changed,
 )
 from openblox.builders.network_policy import build_network_policy
 from openblox.builders.pod import build_pod, is_owned_by, owner_reference, pod_labels, pod_name
+from openblox.builders.pod_state import PodState
 
 __all__ = [
     "Condition",

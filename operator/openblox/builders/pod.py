@@ -361,8 +361,9 @@ def _container(
     return {
         "name": CONTAINER_NAME,
         "image": profile.image,
-        # Sandbox images are imported into the nodes' containerd; nothing is pulled.
-        "imagePullPolicy": "Never",
+        # The profile pins the image by digest, so a node that holds it already holds the
+        # very content the admin named (docs/adr/0021).
+        "imagePullPolicy": "IfNotPresent",
         "command": list(profile.command),
         "workingDir": WORKSPACE_DIR,
         "env": [

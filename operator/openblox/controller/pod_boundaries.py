@@ -12,8 +12,8 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-from openblox.builders.conditions import PodState
 from openblox.builders.pod import unsealed_boundary_patch
+from openblox.builders.pod_state import PodState
 from openblox.controller.boundary import probe_boundary
 from openblox.controller.kube import Kube, is_conflict, is_not_found, path
 from openblox.controller.requeue import Requeue

@@ -14,8 +14,8 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
-from openblox.builders.conditions import PodState
 from openblox.builders.pod import claim_patch, is_owned_by
+from openblox.builders.pod_state import PodState
 from openblox.controller.kube import Kube, is_conflict, is_not_found, path, status_of
 from openblox.controller.pool_store import PoolStore
 from openblox.controller.watched import Watched, slim_pod

@@ -23,8 +23,8 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from typing import Any
 
-from openblox.builders.conditions import PodState
 from openblox.builders.pod import build_pool_pod
+from openblox.builders.pod_state import PodState
 from openblox.controller.election import NotLeader
 from openblox.controller.kube import (
     Kube,

@@ -21,13 +21,13 @@ from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
-from openblox.builders.conditions import (
+from openblox.builders.conditions import Observation, status_changed
+from openblox.builders.pod_state import (
     LOST_NODE_GRACE_SECONDS,
-    Observation,
     PodState,
+    image_not_pulled,
     lost_node,
     node_trouble,
-    status_changed,
     unschedulable_runtime,
 )
 from openblox.builders.status import build_status, profile_digest, status_patch
@@ -258,6 +258,10 @@ class Reconciler:
             return replace(
                 base, runtime_available=False, runtime_message=sandbox_failure, pod=state
             )
+        pull_failure = image_not_pulled(state)
+        if pull_failure is not None:
+            self._events.record(sandbox_ref(sandbox), Reason.IMAGE_NOT_PULLED, pull_failure)
+            return on_node
         boundary = self._boundaries.observe(key, pod, state, profile.expected_boundary)
         unmet = self._boundaries.unmet(pod["metadata"]["uid"])
         if unmet:

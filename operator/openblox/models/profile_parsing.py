@@ -38,6 +38,17 @@ _DNS_SUBDOMAIN = re.compile(
 )
 
 
+_IMAGE_DIGEST = re.compile(r"sha256:[a-f0-9]{64}")
+# The distribution reference grammar: an optional registry host (with port), a lowercase
+# path of components, an optional tag.
+_IMAGE_NAME = re.compile(
+    r"(?:[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?)*"
+    r"(?::[0-9]+)?/)?"
+    r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*"
+    r"(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?"
+)
+
+
 class _Invalid(Exception):
     """One thing wrong with a profile document; parse_profile adds the profile's name."""
 
@@ -208,8 +219,8 @@ def _parse_profile(name: str, raw_yaml: str) -> Profile:
     document = _Section(_load_yaml(raw_yaml), "", _PROFILE_FIELDS)
     if not document.has("image"):
         raise _Invalid(
-            "image is required: the container image to run, already imported into "
-            "the nodes' containerd (images are never pulled)"
+            "image is required: the container image to run, pinned by digest "
+            "(registry/name@sha256:...)"
         )
     return Profile(
         name=name,
@@ -230,6 +241,23 @@ def _image(document: _Section) -> str:
     image = document.string("image", default="")
     if any(character.isspace() for character in image):
         raise _Invalid(f'image "{image}" must not contain whitespace')
+    name, at, digest = image.rpartition("@")
+    if not at:
+        # A tag can be moved to other content after the admin reviewed it; a digest cannot.
+        raise _Invalid(
+            f'image "{image}" is not pinned by digest: name it as {image}@sha256:<digest>, '
+            "with the digest the registry gives for the image you reviewed"
+        )
+    if not _IMAGE_DIGEST.fullmatch(digest):
+        raise _Invalid(
+            f'image "{image}" has the digest "{digest}": a digest is sha256: and 64 '
+            "lowercase hexadecimal digits"
+        )
+    if not _IMAGE_NAME.fullmatch(name):
+        raise _Invalid(
+            f'image "{image}" has the name "{name}", which is not an image reference: '
+            "[registry[:port]/]path[:tag], path in lowercase"
+        )
     return image
 
 

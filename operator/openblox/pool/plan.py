@@ -13,7 +13,7 @@ from datetime import datetime
 from fractions import Fraction
 from typing import Any
 
-from openblox.builders.conditions import PodState
+from openblox.builders.pod_state import PodState
 from openblox.models import Boundary, parse_quantity
 from openblox.names import ANNOTATION_BOUNDARY, ANNOTATION_PROFILE_DIGEST
 from openblox.timestamps import parse_timestamp
