@@ -2,7 +2,7 @@
 # Build every node binary the embedded cluster needs from source, through the Go module
 # proxy, into a cache outside the repository keyed by version. A second run is a no-op.
 #   cluster/build.sh [kubernetes|etcd|containerd|crictl|kube-router|gvisor|all]
-#   cluster/build.sh [kubeadm|kind|coredns|kind-all]   what the kind node image adds
+#   cluster/build.sh [kubeadm|kind|coredns|gvisor-stock|kind-all]   what the kind node image adds
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=versions.env
@@ -140,6 +140,37 @@ build_runsc_shim() {
   rm -rf "$work"
 }
 
+# gVisor's containerd shim as released, for the kind nodes (docs/kind.md): the same module
+# version with only the one constant this kind of machine forces (docs/adr/0004), none of
+# the memory patches above, and no config file of ours beside it. Its own directory, so
+# the embedded node's patched shim beside runsc is never replaced by it. The stamp names
+# this function, so a change to the patch rebuilds it.
+build_stock_runsc_shim() {
+  local out=$CACHE/gvisor-$GVISOR_VERSION/stock
+  local stamp; stamp=$(declare -f build_stock_runsc_shim | sha256sum | cut -d' ' -f1)
+  [[ -x $out/containerd-shim-runsc-v1 && $(cat "$out/containerd-shim-runsc-v1.patch" 2>/dev/null) == "$stamp" ]] &&
+    { log "gvisor stock shim cached"; return; }
+  log "building gvisor stock shim $GVISOR_VERSION"
+  local src; src=$(GOFLAGS=-mod=mod go mod download -json "gvisor.dev/gvisor@$GVISOR_VERSION" |
+    python3 -c 'import json,sys; print(json.load(sys.stdin)["Dir"])')
+  local work; work=$(mktemp -d)
+  cp -r "$src/." "$work/"
+  chmod -R u+w "$work"
+  local manager=$work/pkg/shim/v1/manager.go
+  [[ $(grep -c 'oomScoreMax = -999$' "$manager") == 1 ]] ||
+    { rm -rf "$work"; echo "gvisor stock shim: the oomScoreMax line moved; update build.sh" >&2; return 1; }
+  sed -i 's/oomScoreMax = -999$/oomScoreMax = 0/' "$manager"
+  # That one line, and nothing else of gVisor's tree, differs from the module.
+  [[ $(diff -rq "$src" "$work") == "Files $src/pkg/shim/v1/manager.go and $manager differ" &&
+    $(grep -c 'oomScoreMax = 0$' "$manager") == 1 ]] ||
+    { rm -rf "$work"; echo "gvisor stock shim: the patch did not apply as one line" >&2; return 1; }
+  mkdir -p "$out"
+  (cd "$work" && go build -trimpath -ldflags "-s -w" -o "$out/containerd-shim-runsc-v1.partial" ./shim)
+  mv "$out/containerd-shim-runsc-v1.partial" "$out/containerd-shim-runsc-v1"
+  echo "$stamp" >"$out/containerd-shim-runsc-v1.patch"
+  rm -rf "$work"
+}
+
 # containerd 2, its runc shim and ctr, built inside the module itself with the build tags
 # of its own Makefile (no btrfs, devmapper or zfs snapshotters: this node uses overlayfs).
 build_containerd() {
@@ -165,12 +196,13 @@ case $target in
   crictl) go_install crictl "$CRI_TOOLS_VERSION" sigs.k8s.io/cri-tools/cmd/crictl ;;
   kube-router) go_install kube-router "$KUBE_ROUTER_VERSION" github.com/cloudnativelabs/kube-router/v2/cmd/kube-router ;;
   gvisor) go_install gvisor "$GVISOR_VERSION" gvisor.dev/gvisor/runsc; build_runsc_shim ;;
+  gvisor-stock) go_install gvisor "$GVISOR_VERSION" gvisor.dev/gvisor/runsc; build_stock_runsc_shim ;;
   kubeadm) build_kubeadm ;;
   kind) go_install kind "$KIND_VERSION" "sigs.k8s.io/kind" ;;
   registry) CGO_ENABLED=0 go_install distribution "$DISTRIBUTION_VERSION" github.com/distribution/distribution/v3/cmd/registry ;;
   coredns) go_install coredns "$COREDNS_VERSION" github.com/coredns/coredns ;;
-  kind-all) "$0" all; for t in kubeadm kind coredns; do "$0" "$t"; done ;;
+  kind-all) "$0" all; for t in kubeadm kind coredns gvisor-stock; do "$0" "$t"; done ;;
   all) for t in etcd containerd crictl kube-router registry kubernetes; do "$0" "$t"; done
        "$0" gvisor ;;
-  *) echo "usage: $0 [kubernetes|etcd|containerd|crictl|kube-router|registry|gvisor|all|kubeadm|kind|coredns|kind-all]" >&2; exit 2 ;;
+  *) echo "usage: $0 [kubernetes|etcd|containerd|crictl|kube-router|registry|gvisor|all|kubeadm|kind|coredns|gvisor-stock|kind-all]" >&2; exit 2 ;;
 esac
