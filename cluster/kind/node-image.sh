@@ -9,7 +9,11 @@
 # The root filesystem is Debian bookworm from debootstrap (node/packages), kind's own
 # base-image files (entrypoint, systemd units, kubelet drop-ins) taken from the kind
 # module at build time, and the project's builds (cluster/build.sh kind-all): kubeadm,
-# kubelet, kubectl, containerd, crictl, gVisor's runsc and shim, the NRI plugin. Every
+# kubelet, kubectl, containerd, crictl, gVisor's runsc and its shim as released (patched
+# only by the constant this machine forces, docs/adr/0004). containerd's configuration is
+# kind's (node/containerd.toml) plus the runsc handler gVisor's install docs give
+# (node/runsc-handler.toml, node/runsc.toml); nothing of openblox's, which arrives with
+# `kubectl apply -k manifests` (docs/kind.md). Every
 # image kubeadm and the cluster need (cluster/images: control plane, etcd, CoreDNS, pause,
 # kube-proxy and kube-router) is imported into the node's containerd at build time, so a
 # cluster from it pulls nothing. The tag is a hash of every input: an image from an older
@@ -106,7 +110,7 @@ declare -A NODE_BINARIES=(
   [/usr/local/bin/ctr]=$ctd/ctr
   [/usr/local/bin/crictl]=$CACHE/crictl-$CRI_TOOLS_VERSION/crictl
   [/usr/local/bin/runsc]=$gvisor/runsc
-  [/usr/local/bin/containerd-shim-runsc-v1]=$gvisor/containerd-shim-runsc-v1
+  [/usr/local/bin/containerd-shim-runsc-v1]=$gvisor/stock/containerd-shim-runsc-v1
 )
 
 # The archive build.sh just built or found for a node image.
@@ -115,9 +119,7 @@ archive_of() { cat "$CACHE_DIR/$1.archive"; }
 node_key() {
   {
     echo "kind-node v1 kind $KIND_VERSION kubernetes $KUBERNETES_VERSION rootfs $(rootfs_key)"
-    hash_files "$here/node-image.sh" "$IMAGES_DIR/lib.sh" "$here/../runsc-shim.toml" \
-      "$here/../pause_erofs.py"
-    echo "erofs-utils $(dpkg-query -W -f '${Version}' erofs-utils 2>/dev/null || echo none)"
+    hash_files "$here/node-image.sh" "$IMAGES_DIR/lib.sh"
     hash_dir "$here/node"
     (cd "$base_files" && find . -type f -print0 | LC_ALL=C sort -z | xargs -0 sha256sum)
     local dest
@@ -166,17 +168,15 @@ install_node_files() {
     install -D -m 0755 "${NODE_BINARIES[$dest]}" "$root$dest"
   done
   echo "$KUBERNETES_VERSION" >"$root/kind/version"
-  install -d "$root/kind/manifests" "$root/etc/containerd" "$root/etc/nri/conf.d"
+  install -d "$root/kind/manifests" "$root/etc/containerd"
   # One file: containerd's imports replace a plugin's whole section, so the handler
   # cannot live in a drop-in next to the CRI plugin's settings.
   cat "$here/node/containerd.toml" "$here/node/runsc-handler.toml" >"$root/etc/containerd/config.toml"
   chmod 0644 "$root/etc/containerd/config.toml"
+  # runsc's options, as gVisor's install docs have them: networking off, and the platform
+  # this machine runs. No config of the shim's own (/etc/containerd/runsc/config.toml):
+  # it runs with its defaults, one shim per container.
   install -m 0644 "$here/node/runsc.toml" "$root/etc/containerd/runsc.toml"
-  # The shim's own settings, read from this fixed path: one shim per pod (cluster/runsc-shim.toml).
-  install -D -m 0644 "$here/../runsc-shim.toml" "$root/etc/containerd/runsc/config.toml"
-  # Beside it, the pause rootfs as an EROFS image, which the shim serves pause containers
-  # from without a gofer (docs/adr/0013).
-  "$PYTHON" "$here/../pause_erofs.py" "$(archive_of pause)" "$root/etc/containerd/runsc"
   install -m 0644 "$here/node/default-storage.yaml" "$root/kind/manifests/default-storage.yaml"
   install -m 0755 "$here/node/openblox-entrypoint" "$root/usr/local/bin/openblox-entrypoint"
   install -m 0755 "$here/node/openblox-cgroup-unbind" "$root/usr/local/bin/openblox-cgroup-unbind"
@@ -243,7 +243,7 @@ tar -C "$root" --numeric-owner --one-file-system -cf - . |
   docker_cli import --change 'ENTRYPOINT ["/usr/local/bin/openblox-entrypoint", "/usr/local/bin/entrypoint", "/sbin/init"]' \
     --change 'ENV container=docker' --change "LABEL sh.openblox.kind-node.key=$key" - "$ref" >/dev/null
 # The node without gVisor: the same image less runsc, its shim and the runsc handler.
-printf 'FROM %s\nRUN rm -r /usr/local/bin/runsc /usr/local/bin/containerd-shim-runsc-v1 /etc/containerd/runsc.toml /etc/containerd/runsc && sed -i "/^# BEGIN runsc handler/,\\$d" /etc/containerd/config.toml && ! grep -q runsc /etc/containerd/config.toml\n' "$ref" |
+printf 'FROM %s\nRUN rm /usr/local/bin/runsc /usr/local/bin/containerd-shim-runsc-v1 /etc/containerd/runsc.toml && sed -i "/^# BEGIN runsc handler/,\\$d" /etc/containerd/config.toml && ! grep -q runsc /etc/containerd/config.toml\n' "$ref" |
   docker_cli build --network none -q -t "$plain" - >/dev/null
 log "kind node images built in $((SECONDS - start))s"
 printf '%s\n%s\n' "$ref" "$plain"

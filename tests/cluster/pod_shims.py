@@ -136,7 +136,8 @@ def shims_started_for(processes: Sequence[Process], ids: Sequence[str]) -> list[
 def runsc_waits(processes: Sequence[Process], container_ids: Sequence[str]) -> list[Process]:
     """`runsc ... wait <id>` processes for these containers. The patched shim waits for a
     container over the sandbox's control socket instead (docs/adr/0012), so on the
-    project's nodes there are none."""
+    embedded node there are none; gVisor's released shim, on the kind nodes, keeps one
+    per container."""
     return [
         p
         for p in processes

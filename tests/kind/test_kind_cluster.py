@@ -56,6 +56,9 @@ def test_three_nodes_where_only_the_labelled_ones_have_gvisor(kind: Kube) -> Non
         )
         assert (has_runsc.returncode == 0) == (node in gvisor), node
         assert (handler.returncode == 0) == (node in gvisor), node
+        # No settings of the shim's own, no EROFS pause image: the shim runs as released.
+        shim_config = docker("exec", node, "test", "-e", "/etc/containerd/runsc", check=False)
+        assert shim_config.returncode == 1, node
 
 
 def test_the_node_images_came_from_this_machine(kind: Kube) -> None:
@@ -91,20 +94,23 @@ def test_a_sandbox_prints_42_from_a_gvisor_node(kind_operator: Kube) -> None:
         assert pod["spec"]["runtimeClassName"] == "gvisor"
         node = pod["spec"]["nodeName"]
         assert node in _gvisor_nodes(kind_operator)
-        # Shim grouping on a kind node too: one gVisor shim for the pod's two containers;
-        # the patched shim waits for them without a `runsc wait` each (docs/adr/0012) and
-        # serves the pause container from the node's EROFS image, with no gofer (0013).
+        # gVisor's shim as released (docs/kind.md, "The nodes"): no grouping, so each of
+        # the pod's two containers (pause and the sandbox's) has a shim of its own, a
+        # `runsc wait` and a gofer. The embedded node's patched shim has one shim for the
+        # pod, no `runsc wait` and one gofer (docs/adr/0012 to 0014).
         pod_id, containers = pod_containers(
             lambda args: docker("exec", node, "crictl", *args).stdout,
             namespace,
             pod["metadata"]["name"],
         )
+        ids = [pod_id, *containers]
+        assert len(ids) == 2, ids
         ps = docker("exec", node, "ps", "-eo", "pid=,ppid=,args=").stdout
         processes = parse_ps(ps)
-        served = shims_of(processes, [pod_id, *containers])
-        assert len({shim.pid for shim in served.values()}) == 1, served
-        assert runsc_waits(processes, [pod_id, *containers]) == []
-        assert set(gofers_of(processes, [pod_id, *containers])) == set(containers)
+        served = shims_of(processes, ids)
+        assert len({shim.pid for shim in served.values()}) == 2, served
+        assert sorted(p.argv[-1] for p in runsc_waits(processes, ids)) == sorted(ids)
+        assert set(gofers_of(processes, ids)) == set(ids)
 
 
 def test_with_no_gvisor_node_free_the_sandbox_says_runtime_unavailable(
