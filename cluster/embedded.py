@@ -216,10 +216,22 @@ def install_overlay_dir(kubeconfig: str) -> Path:
     return STATE_ROOT / "install"
 
 
+def install_registry(kubeconfig: str) -> str:
+    """Where the cluster's nodes pull openblox's images from: OPENBLOX_REGISTRY when set;
+    on the project's kind cluster, the local registry kind.sh started; else openblox.local
+    (the embedded node's own registry)."""
+    named = os.environ.get("OPENBLOX_REGISTRY")
+    if named:
+        return named
+    kind_registry = KIND_STATE / "registry-repository"
+    if Path(kubeconfig).parent == KIND_STATE and kind_registry.exists():
+        return kind_registry.read_text().strip()
+    return install_images.SOURCE_REGISTRY
+
+
 def write_install_overlay(kubeconfig: str) -> Path:
-    """The overlay naming this tree's builds by digest, in the registry OPENBLOX_REGISTRY
-    names (default: openblox.local, the name the embedded and kind nodes hold them by)."""
-    registry = os.environ.get("OPENBLOX_REGISTRY") or install_images.SOURCE_REGISTRY
+    """The overlay naming this tree's builds by digest, in the cluster's registry."""
+    registry = install_registry(kubeconfig)
     images = install_images.built_images(install_images.DEFAULT_CACHE, registry)
     manifests = REPO / "manifests"
     directory = install_overlay_dir(kubeconfig)

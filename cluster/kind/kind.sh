@@ -28,6 +28,14 @@ STATE=$ROOT/kind
 KUBECONFIG_FILE=$STATE/$NAME.kubeconfig
 PYTHON=${PYTHON:-python3}
 GVISOR_LABEL=openblox.sh/gvisor
+# The local registry, as kind's local-registry guide runs one: a container on kind's
+# network, published on the host's loopback; pods name its images localhost:PORT/...,
+# which each node's containerd resolves to the container (docs/kind.md, docs/adr/0021).
+REGISTRY_CONTAINER=$NAME-registry
+REGISTRY_PORT=${OPENBLOX_KIND_REGISTRY_PORT:-5002}
+REGISTRY_HOST=localhost:$REGISTRY_PORT
+REGISTRY_REPOSITORY=$REGISTRY_HOST/openblox
+CERTS_DIR=/etc/containerd/certs.d
 # kind finds `docker` (our shim, cluster/kind/bin/docker) and kubectl on PATH.
 export PATH=$here/bin:$CACHE/kind-$KIND_VERSION:$CACHE/kubernetes-$KUBERNETES_VERSION:$PATH
 
@@ -59,6 +67,10 @@ stale_reason() {
     fi
     if [[ $(docker inspect -f '{{.State.Status}}' "$node" 2>/dev/null) != running ]]; then
       echo "kind cluster $NAME: node $node is not running ($(docker inspect -f '{{.State.Status}}' "$node" 2>/dev/null || echo gone))"
+      return
+    fi
+    if ! docker exec "$node" grep -q "config_path = \"$CERTS_DIR\"" /etc/containerd/config.toml; then
+      echo "kind cluster $NAME: node $node's containerd reads no registry hosts from $CERTS_DIR"
       return
     fi
   done
@@ -98,6 +110,12 @@ networking:
 # embedded node (docs/adr/0016).
 featureGates:
   InPlacePodLevelResourcesVerticalScaling: false
+# As kind's local-registry guide does: containerd reads each registry's hosts.toml, which
+# kind.sh writes for the local registry once the nodes are up.
+containerdConfigPatches:
+- |-
+  [plugins.'io.containerd.cri.v1.images'.registry]
+    config_path = "$CERTS_DIR"
 kubeadmConfigPatches:
 # Every image is built here and preloaded under openblox.local (cluster/images).
 - |
@@ -147,7 +165,7 @@ build_node_images() {
 
 cmd_build() {
   build_node_images
-  PYTHON=$PYTHON "$repo/cluster/images/build.sh" sandbox operator node-agent >/dev/null
+  PYTHON=$PYTHON "$repo/cluster/images/build.sh" sandbox operator node-agent registry >/dev/null
   log "node images $NODE_GVISOR and $NODE_PLAIN"
 }
 
@@ -174,25 +192,64 @@ cmd_up() {
     kctl apply --server-side --force-conflicts -f - >/dev/null
   kctl rollout status -n kube-system daemonset/kube-router --timeout=300s >&2
   kctl wait --for=condition=Ready nodes --all --timeout=300s >&2
+  start_registry
+  push_images
   load_images
   cmd_env
 }
 
-# The openblox images, as a user of kind loads them: built (cached), `kind load
-# image-archive`, then tagged in each node under the names the manifests use.
-load_images() {
-  local version name ref node digest
-  version=$(sed -n 's/^version = "\(.*\)"/\1/p' "$repo/pyproject.toml")
+# The local registry's container, from the image built here (cluster/images/registry), on
+# kind's network, its storage under $STATE/registry so a new cluster finds it filled; and
+# each node's hosts.toml naming it. A container from another build is replaced.
+start_registry() {
+  local ref address node
+  PYTHON=$PYTHON "$repo/cluster/images/build.sh" registry >/dev/null
+  ref=$(cat "$CACHE/images/registry.ref")
+  docker image inspect "$ref" >/dev/null 2>&1 || docker load -i "$(cat "$CACHE/images/registry.archive")" >/dev/null
+  if [[ $(docker inspect -f '{{.Config.Image}}' "$REGISTRY_CONTAINER" 2>/dev/null) != "$ref" ]]; then
+    docker rm -f "$REGISTRY_CONTAINER" >/dev/null 2>&1 || true
+    mkdir -p "$STATE/registry"
+    log "starting the local registry $REGISTRY_CONTAINER ($REGISTRY_HOST)"
+    docker run -d --restart=always --name "$REGISTRY_CONTAINER" --network kind \
+      -p "127.0.0.1:$REGISTRY_PORT:5000" -v "$STATE/registry:/var/lib/registry" \
+      --read-only --cap-drop ALL --security-opt no-new-privileges "$ref" >/dev/null
+  fi
+  docker start "$REGISTRY_CONTAINER" >/dev/null
+  for _ in $(seq 120); do curl -fsS "http://127.0.0.1:$REGISTRY_PORT/v2/" >/dev/null 2>&1 && break; sleep 0.25; done
+  curl -fsS "http://127.0.0.1:$REGISTRY_PORT/v2/" >/dev/null ||
+    die "the local registry does not answer on 127.0.0.1:$REGISTRY_PORT; see: docker logs $REGISTRY_CONTAINER"
+  # By address: dockerd runs without iptables here, so its embedded DNS is not relied on.
+  address=$(docker inspect -f '{{(index .NetworkSettings.Networks "kind").IPAddress}}' "$REGISTRY_CONTAINER")
+  for node in $(kind get nodes --name "$NAME"); do
+    docker exec "$node" mkdir -p "$CERTS_DIR/$REGISTRY_HOST"
+    printf 'server = "http://%s:5000"\n[host."http://%s:5000"]\n  capabilities = ["pull", "resolve"]\n' \
+      "$address" "$address" | docker exec -i "$node" tee "$CERTS_DIR/$REGISTRY_HOST/hosts.toml" >/dev/null
+  done
+  # What the install overlay names the images by (cluster/embedded.py).
+  echo "$REGISTRY_REPOSITORY" >"$STATE/registry-repository"
+}
+
+# openblox's images into the local registry, where the nodes pull them from by digest.
+push_images() {
+  local name
   PYTHON=$PYTHON "$repo/cluster/images/build.sh" sandbox operator node-agent >/dev/null
   for name in sandbox operator node-agent; do
+    "$PYTHON" "$repo/cluster/images/push.py" "$(cat "$CACHE/images/$name.archive")" \
+      "127.0.0.1:$REGISTRY_PORT" "openblox/$name" >/dev/null
+  done
+}
+
+# The conformance suite's own pods (its Job, its canaries) name the sandbox and operator
+# images by the project's version, as test instruments: those two are also loaded into
+# every node (`kind load image-archive`) and tagged so. The install pulls by digest.
+load_images() {
+  local version name ref node
+  version=$(sed -n 's/^version = "\(.*\)"/\1/p' "$repo/pyproject.toml")
+  for name in sandbox operator; do
     ref=$(cat "$CACHE/images/$name.ref")
-    kind load image-archive --name "$NAME" \
-      "$(find "$CACHE/images" -maxdepth 1 -name "$name-*.tar" -printf '%T@\t%p\n' | sort -rn | head -n 1 | cut -f2)"
-    digest=$("$PYTHON" "$repo/cluster/install_images.py" digest "$name" "$CACHE/images")
-    # The install names it by digest (docs/adr/0021), which only a pull records by itself.
+    kind load image-archive --name "$NAME" "$(cat "$CACHE/images/$name.archive")"
     for node in $(kind get nodes --name "$NAME"); do
-      docker exec "$node" ctr -n k8s.io images tag --force "$ref" "openblox.local/$name:$version" \
-        "openblox.local/$name@$digest" >/dev/null
+      docker exec "$node" ctr -n k8s.io images tag --force "$ref" "openblox.local/$name:$version" >/dev/null
     done
   done
 }
@@ -202,7 +259,8 @@ cmd_down() {
   eval "$("$repo/cluster/docker.sh" env)"
   export DOCKER_HOST
   if cluster_exists; then kind delete cluster --name "$NAME" --kubeconfig "$KUBECONFIG_FILE"; else log "no kind cluster $NAME"; fi
-  rm -f "$KUBECONFIG_FILE"
+  docker rm -f "$REGISTRY_CONTAINER" >/dev/null 2>&1 || true
+  rm -f "$KUBECONFIG_FILE" "$STATE/registry-repository"
 }
 
 case ${1:-} in

@@ -1,8 +1,9 @@
 """Tests on the three-node kind cluster the project builds (cluster/kind/kind.sh).
 
 The session makes sure the cluster exists and runs this build's node image (creating it
-the first time, reusing it after), then installs openblox as a user would: images with
-`kind load`, `kubectl apply -k manifests`. Nothing here touches the embedded cluster.
+the first time, reusing it after), then installs openblox as a user would: images pushed
+to a local registry, `kubectl apply -k` of an install overlay naming them by digest.
+Nothing here touches the embedded cluster.
 """
 
 from __future__ import annotations

@@ -28,6 +28,10 @@ from tests.kind.conftest import GVISOR_LABEL, docker
 pytestmark = pytest.mark.kind
 
 
+def _local_registry() -> str:
+    return (embedded.KIND_STATE / "registry-repository").read_text().strip() + "/"
+
+
 def _nodes(kube: Kube) -> list[dict[str, Any]]:
     items: list[dict[str, Any]] = json.loads(kube.kubectl("get", "nodes", "-o", "json").stdout)[
         "items"
@@ -62,11 +66,26 @@ def test_three_nodes_where_only_the_labelled_ones_have_gvisor(kind: Kube) -> Non
 
 
 def test_the_node_images_came_from_this_machine(kind: Kube) -> None:
+    """Nothing but the project's own images: those built into the node image or loaded into
+    it (openblox.local/...), and openblox's, pulled by digest from the local registry
+    kind.sh runs (docs/adr/0021). No other registry was ever reached."""
+    ours = ("openblox.local/", _local_registry())
+    pulled = set()
     for node in _nodes(kind):
-        images = docker("exec", node["metadata"]["name"], "crictl", "images", "-o", "json")
-        names = {tag for image in json.loads(images.stdout)["images"] for tag in image["repoTags"]}
-        # Nothing but the project's own images: no registry was ever reached.
-        assert names and all(name.startswith("openblox.local/") for name in names), names
+        listed = docker("exec", node["metadata"]["name"], "crictl", "images", "-o", "json")
+        images = json.loads(listed.stdout)["images"]
+        names = {name for image in images for name in image["repoTags"] + image["repoDigests"]}
+        assert names and all(name.startswith(ours) for name in names), names
+        pulled |= {name for name in names if name.startswith(_local_registry())}
+    installed = {
+        container["image"]
+        for kind_, name, namespace in (
+            ("deployment", "openblox-operator", "openblox-system"),
+            ("daemonset", "openblox-node-agent", "openblox-node"),
+        )
+        for container in kind.get(kind_, name, namespace)["spec"]["template"]["spec"]["containers"]
+    }
+    assert installed and installed <= pulled, (installed, pulled)
 
 
 def _openblox(kube: Kube, namespace: str, *args: str) -> subprocess.CompletedProcess[str]:

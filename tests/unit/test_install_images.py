@@ -146,3 +146,24 @@ def test_a_registry_that_does_not_answer_is_named() -> None:
         address = f"127.0.0.1:{probe.getsockname()[1]}"
     with pytest.raises(push.PushError, match=f"registry {address} cannot be reached"):
         push.Registry(address).has_blob("sandbox", "sha256:" + "0" * 64)
+
+
+def test_each_cluster_pulls_from_its_own_registry(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import embedded
+
+    kind_state = tmp_path / "kind"
+    kind_state.mkdir()
+    monkeypatch.setattr(embedded, "KIND_STATE", kind_state)
+    monkeypatch.delenv("OPENBLOX_REGISTRY", raising=False)
+    kind_kubeconfig = str(kind_state / "openblox.kubeconfig")
+
+    # The project's kind cluster before its registry ran, and any other cluster.
+    assert embedded.install_registry(kind_kubeconfig) == "openblox.local"
+    assert embedded.install_registry("/home/me/.kube/config") == "openblox.local"
+    (kind_state / "registry-repository").write_text("localhost:5002/openblox\n")
+    assert embedded.install_registry(kind_kubeconfig) == "localhost:5002/openblox"
+    # The admin's word wins everywhere.
+    monkeypatch.setenv("OPENBLOX_REGISTRY", "registry.example.com/ob")
+    assert embedded.install_registry(kind_kubeconfig) == "registry.example.com/ob"
