@@ -609,11 +609,12 @@ import_images() {
 
 # Each image also in the project's registry, where a node that lacks it pulls it from.
 push_images() {
-  local name ref
+  local name ref version
+  version=$(sed -n 's/^version = "\(.*\)"/\1/p' "$repo/pyproject.toml")
   for name in sandbox operator node-agent; do
     ref=$(cat "$CACHE/images/$name.ref")
     "$PYTHON" "$here/images/push.py" "$(cat "$CACHE/images/$name.archive")" "$REGISTRY_ADDRESS" \
-      "$name" --tag "${ref##*:}" >/dev/null
+      "$name" --tag "${ref##*:}" --tag "$version" >/dev/null
   done
 }
 

@@ -33,6 +33,7 @@ import io
 import json
 import os
 import platform
+import shutil
 import stat
 import sys
 import tarfile
@@ -40,7 +41,7 @@ import tempfile
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any, Literal, Protocol
+from typing import IO, Any, BinaryIO, Literal, Protocol
 
 MEDIA_INDEX = "application/vnd.oci.image.index.v1+json"
 MEDIA_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
@@ -458,7 +459,24 @@ def _parser() -> argparse.ArgumentParser:
     b.add_argument("--metadata", type=Path, help="also write a JSON summary here")
     i = sub.add_parser("inspect", help="print an archive's reference, digest and config")
     i.add_argument("archive", type=Path)
+    layer = sub.add_parser(
+        "layer", help="write the image's one layer (a tar, maybe gzipped) to stdout"
+    )
+    layer.add_argument("archive", type=Path)
     return p
+
+
+def write_layer_to(archive: Path, out: BinaryIO) -> None:
+    """Copies the one layer of the archive's image to `out`: what `docker import` takes,
+    where a Docker daemon with the classic image store cannot load an OCI layout."""
+    layers = inspect_archive(archive)["layers"]
+    if len(layers) != 1:
+        raise OCIError(f"{archive}: {len(layers)} layers; only one-layer images can be copied")
+    with tarfile.open(archive, "r:") as tar:
+        member = tar.extractfile("blobs/sha256/" + layers[0]["digest"].removeprefix("sha256:"))
+        if member is None:
+            raise OCIError(f"{archive}: its layer blob is missing")
+        shutil.copyfileobj(member, out)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -466,6 +484,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "inspect":
             print(json.dumps(inspect_archive(args.archive), indent=2, sort_keys=True))
+            return 0
+        if args.command == "layer":
+            write_layer_to(args.archive, sys.stdout.buffer)
             return 0
         for item in args.env:
             _key_value(item)

@@ -1,11 +1,11 @@
 """Push an image from an OCI archive (cluster/images/oci.py) to a registry over the
 distribution API, the way `docker push` would, with nothing but the standard library.
 
-    push.py ARCHIVE REGISTRY REPOSITORY [--tag TAG] [--annotate KEY=VALUE]...
+    push.py ARCHIVE REGISTRY REPOSITORY [--tag TAG]... [--annotate KEY=VALUE]...
 
 REGISTRY is host:port, spoken to over plain HTTP: only a registry this project started on
 this machine (loopback, or the kind network) is ever named. Each blob is sent only if the
-registry does not have it; the manifest goes last, under its digest and TAG. Prints the
+registry does not have it; the manifest goes last, under its digest and each TAG. Prints the
 manifest digest, which is what an install names the image by (docs/adr/0021).
 
 --annotate pushes the same image under another manifest digest (the manifest with the
@@ -117,7 +117,7 @@ def push(
     archive: Path,
     registry: Registry,
     repository: str,
-    tag: str | None = None,
+    tags: Sequence[str] = (),
     annotations: dict[str, str] | None = None,
 ) -> str:
     """Pushes the archive's image; returns the manifest digest the registry holds it by."""
@@ -138,7 +138,7 @@ def push(
             if not registry.has_blob(repository, digest):
                 registry.put_blob(repository, digest, blob(digest))
     registry.put_manifest(repository, manifest.digest, manifest)
-    if tag:
+    for tag in tags:
         registry.put_manifest(repository, tag, manifest)
     return manifest.digest
 
@@ -155,7 +155,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("archive", type=Path)
     parser.add_argument("registry", help="host:port, over plain HTTP")
     parser.add_argument("repository")
-    parser.add_argument("--tag")
+    parser.add_argument("--tag", action="append", default=[], help="may be given again")
     parser.add_argument("--annotate", type=_annotation, action="append", default=[])
     args = parser.parse_args(argv)
     try:

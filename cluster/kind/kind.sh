@@ -34,7 +34,6 @@ GVISOR_LABEL=openblox.sh/gvisor
 REGISTRY_CONTAINER=$NAME-registry
 REGISTRY_PORT=${OPENBLOX_KIND_REGISTRY_PORT:-5002}
 REGISTRY_HOST=localhost:$REGISTRY_PORT
-REGISTRY_REPOSITORY=$REGISTRY_HOST/openblox
 CERTS_DIR=/etc/containerd/certs.d
 # kind finds `docker` (our shim, cluster/kind/bin/docker) and kubectl on PATH.
 export PATH=$here/bin:$CACHE/kind-$KIND_VERSION:$CACHE/kubernetes-$KUBERNETES_VERSION:$PATH
@@ -194,7 +193,6 @@ cmd_up() {
   kctl wait --for=condition=Ready nodes --all --timeout=300s >&2
   start_registry
   push_images
-  load_images
   cmd_env
 }
 
@@ -205,7 +203,16 @@ start_registry() {
   local ref address node
   PYTHON=$PYTHON "$repo/cluster/images/build.sh" registry >/dev/null
   ref=$(cat "$CACHE/images/registry.ref")
-  docker image inspect "$ref" >/dev/null 2>&1 || docker load -i "$(cat "$CACHE/images/registry.archive")" >/dev/null
+  if ! docker image inspect "$ref" >/dev/null 2>&1; then
+    # This dockerd keeps the classic image store, which loads no OCI layout: the image's
+    # one layer is imported, with its entry point.
+    local archive entrypoint
+    archive=$(cat "$CACHE/images/registry.archive")
+    entrypoint=$("$PYTHON" "$repo/cluster/images/oci.py" inspect "$archive" |
+      "$PYTHON" -c 'import json, sys; print(json.dumps(json.load(sys.stdin)["config"]["Entrypoint"]))')
+    "$PYTHON" "$repo/cluster/images/oci.py" layer "$archive" |
+      docker import --change "ENTRYPOINT $entrypoint" - "$ref" >/dev/null
+  fi
   if [[ $(docker inspect -f '{{.Config.Image}}' "$REGISTRY_CONTAINER" 2>/dev/null) != "$ref" ]]; then
     docker rm -f "$REGISTRY_CONTAINER" >/dev/null 2>&1 || true
     mkdir -p "$STATE/registry"
@@ -220,37 +227,30 @@ start_registry() {
     die "the local registry does not answer on 127.0.0.1:$REGISTRY_PORT; see: docker logs $REGISTRY_CONTAINER"
   # By address: dockerd runs without iptables here, so its embedded DNS is not relied on.
   address=$(docker inspect -f '{{(index .NetworkSettings.Networks "kind").IPAddress}}' "$REGISTRY_CONTAINER")
+  # openblox.local too, the name the node's own images and the conformance suite's
+  # instruments carry: a pull of it reaches this registry, never a name lookup.
+  local host
   for node in $(kind get nodes --name "$NAME"); do
-    docker exec "$node" mkdir -p "$CERTS_DIR/$REGISTRY_HOST"
-    printf 'server = "http://%s:5000"\n[host."http://%s:5000"]\n  capabilities = ["pull", "resolve"]\n' \
-      "$address" "$address" | docker exec -i "$node" tee "$CERTS_DIR/$REGISTRY_HOST/hosts.toml" >/dev/null
+    for host in "$REGISTRY_HOST" openblox.local; do
+      docker exec "$node" mkdir -p "$CERTS_DIR/$host"
+      printf 'server = "http://%s:5000"\n[host."http://%s:5000"]\n  capabilities = ["pull", "resolve"]\n' \
+        "$address" "$address" | docker exec -i "$node" tee "$CERTS_DIR/$host/hosts.toml" >/dev/null
+    done
   done
   # What the install overlay names the images by (cluster/embedded.py).
-  echo "$REGISTRY_REPOSITORY" >"$STATE/registry-repository"
+  echo "$REGISTRY_HOST" >"$STATE/registry-repository"
 }
 
-# openblox's images into the local registry, where the nodes pull them from by digest.
+# openblox's images into the local registry, where the nodes pull them from by digest
+# (and by the project's version: the conformance suite's Job and canaries name them so,
+# as openblox.local/NAME:VERSION, which the nodes resolve to this registry too).
 push_images() {
-  local name
+  local name version
+  version=$(sed -n 's/^version = "\(.*\)"/\1/p' "$repo/pyproject.toml")
   PYTHON=$PYTHON "$repo/cluster/images/build.sh" sandbox operator node-agent >/dev/null
   for name in sandbox operator node-agent; do
     "$PYTHON" "$repo/cluster/images/push.py" "$(cat "$CACHE/images/$name.archive")" \
-      "127.0.0.1:$REGISTRY_PORT" "openblox/$name" >/dev/null
-  done
-}
-
-# The conformance suite's own pods (its Job, its canaries) name the sandbox and operator
-# images by the project's version, as test instruments: those two are also loaded into
-# every node (`kind load image-archive`) and tagged so. The install pulls by digest.
-load_images() {
-  local version name ref node
-  version=$(sed -n 's/^version = "\(.*\)"/\1/p' "$repo/pyproject.toml")
-  for name in sandbox operator; do
-    ref=$(cat "$CACHE/images/$name.ref")
-    kind load image-archive --name "$NAME" "$(cat "$CACHE/images/$name.archive")"
-    for node in $(kind get nodes --name "$NAME"); do
-      docker exec "$node" ctr -n k8s.io images tag --force "$ref" "openblox.local/$name:$version" >/dev/null
-    done
+      "127.0.0.1:$REGISTRY_PORT" "$name" --tag "$version" >/dev/null
   done
 }
 

@@ -74,9 +74,14 @@ def test_the_node_images_came_from_this_machine(kind: Kube) -> None:
     for node in _nodes(kind):
         listed = docker("exec", node["metadata"]["name"], "crictl", "images", "-o", "json")
         images = json.loads(listed.stdout)["images"]
-        names = {name for image in images for name in image["repoTags"] + image["repoDigests"]}
+        names = {name for image in images for name in image["repoTags"]}
         assert names and all(name.startswith(ours) for name in names), names
-        pulled |= {name for name in names if name.startswith(_local_registry())}
+        pulled |= {
+            digest
+            for image in images
+            for digest in image["repoDigests"]
+            if digest.startswith(_local_registry())
+        }
     installed = {
         container["image"]
         for kind_, name, namespace in (

@@ -40,7 +40,8 @@ class Settings:
     kubeconfig: str | None = None
     image: str = DEFAULT_IMAGE
     image_pull_policy: str | None = None
-    """None: Never for images named openblox.local/..., else IfNotPresent."""
+    """None: IfNotPresent. The project's own clusters resolve openblox.local to their
+    registry, where the version tags are pushed (docs/adr/0021)."""
     unavailable_profile: str | None = "code-exec-kata"
     restricted_profile: str | None = None
     processes: int = 256
@@ -56,9 +57,7 @@ class Settings:
 
     @property
     def pull_policy(self) -> str:
-        if self.image_pull_policy:
-            return self.image_pull_policy
-        return "Never" if self.image.startswith("openblox.local/") else "IfNotPresent"
+        return self.image_pull_policy or "IfNotPresent"
 
     @classmethod
     def from_environment(cls) -> Settings:
