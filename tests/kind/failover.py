@@ -110,7 +110,10 @@ def leader_on(kube: Kube, target: str) -> tuple[str, str]:
             kube.kubectl("delete", "pod", standby, "-n", SYSTEM, "--wait=false")
 
             def moved_and_running(moved: str = standby) -> bool:
-                return moved not in replica_nodes(kube) and len(replica_nodes(kube)) == 2
+                # Scheduled before the nodes are uncordoned: a replacement still Pending
+                # when they are may land on the very node it was to leave.
+                where = replica_nodes(kube)
+                return moved not in where and len(where) == 2 and all(where.values())
 
             wait_for("the moved replica to run", moved_and_running, 120, 1)
             _two_replicas_one_holder(kube)
