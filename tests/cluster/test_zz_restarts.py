@@ -46,6 +46,7 @@ ROOT = Path("/var/lib/openblox")
 STATE = ROOT / "cluster"
 RUN = Path("/run/openblox")
 DAEMONS = (
+    "registry",
     "kube-router",
     "kube-proxy",
     "kubelet",
