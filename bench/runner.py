@@ -163,6 +163,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         action="store_true",
         help="pool: leave out the agent-sandbox baseline (built from the Go module proxy)",
     )
+    parser.add_argument(
+        "--pool-sizes",
+        default="20,5",
+        help="pool: the pool sizes of the sustained runs, comma-separated (default 20,5)",
+    )
     parser.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
     parser.add_argument(
         "--report-only",

@@ -216,7 +216,8 @@ def run(ctx: Any, section: Section) -> None:
     rid = ctx.run_id
     burst = ctx.n(20, 3)
     seconds = ctx.seconds(60.0, 5.0)
-    sizes = SIZES if not ctx.quick else (3, 2)
+    chosen = tuple(int(x) for x in str(getattr(ctx.args, "pool_sizes", "") or "").split(",") if x)
+    sizes = (chosen or SIZES) if not ctx.quick else (3, 2)
     rates = RATES if not ctx.quick else (1.0, 2.0)
     peak = max(burst * 2, max(sizes) + 8)
     free = node_capacity(kube)["cpu_free_m"]
