@@ -150,9 +150,20 @@ COMPARED_CONTAINER_FIELDS = (
 )
 
 
+def _meaning(value: Any) -> Any:
+    """A value as Kubernetes means it: an empty string, list or map is the same as none
+    (a Go client's round trip drops them: `supplementalGroups: []`, `value: ""`)."""
+    if isinstance(value, Mapping):
+        kept = {k: _meaning(v) for k, v in value.items()}
+        return {k: v for k, v in kept.items() if v not in ("", [], {}, None)}
+    if isinstance(value, list):
+        return [_meaning(v) for v in value]
+    return value
+
+
 def differences(template: Mapping[str, Any], pod: Mapping[str, Any]) -> list[str]:
     """Where a pod agent-sandbox made differs from the template's pod, field by field."""
-    wanted, got = template["spec"], pod.get("spec") or {}
+    wanted, got = _meaning(template["spec"]), _meaning(pod.get("spec") or {})
     found = [f for f in COMPARED_SPEC_FIELDS if wanted.get(f) != got.get(f)]
     pairs = zip(wanted.get("containers") or [], got.get("containers") or [], strict=False)
     for want, have in pairs:

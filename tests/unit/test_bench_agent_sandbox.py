@@ -132,3 +132,14 @@ def test_a_pod_that_lost_its_runtime_class_or_its_limits_says_where() -> None:
         "runtimeClassName",
         "containers[sandbox].resources",
     ]
+
+
+def test_empty_values_a_go_client_drops_are_no_difference() -> None:
+    template = objects.pod_template(_pool_pod())
+    pod = copy.deepcopy(template)
+    del pod["spec"]["securityContext"]["supplementalGroups"]
+    for variable in pod["spec"]["containers"][0]["env"]:
+        if variable["value"] == "":
+            del variable["value"]
+    assert template["spec"]["securityContext"]["supplementalGroups"] == []
+    assert objects.differences(template, pod) == []
