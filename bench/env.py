@@ -37,7 +37,12 @@ def use_test_helpers() -> None:
 
 
 def pinned_sandbox_image() -> str:
-    """The sandbox image by digest, as profiles name it: this tree's last build."""
+    """The sandbox image by digest, as profiles name it: this tree's last build, or
+    OPENBLOX_BENCH_SANDBOX_IMAGE where set (the image the cluster was installed with,
+    when the shared build cache has since built another one for another cluster)."""
+    override = os.environ.get("OPENBLOX_BENCH_SANDBOX_IMAGE")
+    if override:
+        return override
     use_test_helpers()
     import install_images
 

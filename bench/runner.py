@@ -158,6 +158,16 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="async-exec: concurrent execs per code-exec sandbox; the 200 are spread over "
         "as many sandboxes as that takes, and the node must have room for them (default 25)",
     )
+    parser.add_argument(
+        "--no-agent-sandbox",
+        action="store_true",
+        help="pool: leave out the agent-sandbox baseline (built from the Go module proxy)",
+    )
+    parser.add_argument(
+        "--pool-sizes",
+        default="20,5",
+        help="pool: the pool sizes of the sustained runs, comma-separated (default 20,5)",
+    )
     parser.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
     parser.add_argument(
         "--report-only",
@@ -167,7 +177,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--cleanup",
         action="store_true",
-        help="only remove what an interrupted run left (namespaces, FlowSchemas, profiles)",
+        help="only remove what an interrupted run left (namespaces, FlowSchemas, profiles, "
+        "agent-sandbox's controller and CRDs)",
     )
     return parser.parse_args(argv)
 
@@ -233,11 +244,13 @@ def main(argv: list[str] | None = None) -> int:
     from bench.cluster_side import run_id
 
     if args.cleanup:
+        from bench import agent_sandbox
         from bench import docker as docker_mod
         from bench.cluster_side import Kube, clean_leftovers
 
         notes: list[str] = []
         clean_leftovers(Kube(), notes)
+        agent_sandbox.remove_leftovers(notes)
         docker = docker_mod.Docker()
         if docker._answers():
             docker.remove_all()

@@ -1,5 +1,7 @@
 """Warm claims: create→Ready of a Sandbox handed a pod from a warm pool, beside a cold
-create of the same profile and `docker run --runtime runsc` in the same run.
+create of the same profile and `docker run --runtime runsc` in the same run, and beside
+kubernetes-sigs/agent-sandbox doing the same (its SandboxClaims from its SandboxWarmPool
+of the same pod; bench/sections/pool_agent_sandbox.py), the two systems alternating.
 
 - cold: the profile in a namespace no pool serves, one at a time (the baseline);
 - docker: `docker run -d` with openblox's flags and the profile's limits, one at a time;
@@ -9,20 +11,22 @@ create of the same profile and `docker run --runtime runsc` in the same run.
   a claim goes cold; the run reports when that first happened, how fast the keeper made
   pods warm meanwhile (the rate the node sustains), and what a claim cost after.
 
-Time runs from client.create() being called to it returning (it waits on a watch for
-Ready=True).
+Each burst also records the API writes per claim (the API server's request counter) and
+the node's CPU per claim, for both systems. Time runs from the create call to it
+returning (openblox's client waits on a watch for Ready=True; agent-sandbox's claims are
+watched the same way).
 """
 
 from __future__ import annotations
 
 import contextlib
-import threading
 import time
 from typing import Any
 
+from bench import agent_sandbox, claim_load, env, node_cpu
 from bench import docker as docker_mod
-from bench import env, node_cpu
-from bench.claims import Claim, summarize_run, sustained_rate
+from bench.claim_load import ClaimFunction
+from bench.claims import Claim
 from bench.cluster_side import (
     POOL_PROFILE,
     Kube,
@@ -32,6 +36,9 @@ from bench.cluster_side import (
     use_bench_profiles,
 )
 from bench.results import Section
+from bench.sections import pool_runs, pool_sustained
+from bench.sections.pool_agent_sandbox import CONTROLLER_ROLE, AgentSandbox
+from bench.sections.pool_runs import GROUP, Side
 from openblox.client import Client
 from openblox.pool.plan import RefillPacer
 from openblox.transport import ApiError
@@ -45,17 +52,9 @@ POOL_KEY = "bench-pool"
 # bench-pool pods request 25m + the 5m gVisor overhead.
 POD_CPU_M = 30
 RATES = (1.0, 2.0, 5.0)
-# The larger pool first: shrinking to the smaller one then needs no refill.
 SIZES = (20, 5)
-# Claims waiting at once before a sustained run stops issuing more.
-MAX_IN_FLIGHT = 20
 # The operator's refill bounds, as its keeper uses them (the defaults).
 PACER = RefillPacer()
-GROUP: dict[str, Any] = {
-    "group": "pool",
-    "group_title": "Warm claim vs cold create, create→Ready",
-    "log": True,
-}
 
 
 def _set_pool(kube: Kube, namespace: str, size: int | None) -> None:
@@ -106,104 +105,6 @@ def _claim(client: Client, name: str, offset: float) -> Claim:
     return Claim(offset, (time.monotonic() - started) * 1000, "." in sandbox.pod)
 
 
-def _burst(client: Client, names: list[str]) -> list[Claim]:
-    results: list[Claim] = []
-    barrier = threading.Barrier(len(names))
-    guard = threading.Lock()
-
-    def one(name: str) -> None:
-        barrier.wait()
-        claim = _claim(client, name, 0.0)
-        with guard:
-            results.append(claim)
-
-    threads = [threading.Thread(target=one, args=(name,)) for name in names]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    return results
-
-
-def _api_floor(kube: Kube, namespace: str, count: int) -> list[float]:
-    """What the API server alone takes for `count` claims at once: each creates an object
-    (the Sandbox), writes it again (the hand-out) and reads it back (the caller learning
-    it is Ready), from as many threads. No operator, no watch fan-out: a lower bound."""
-    results: list[float] = []
-    barrier = threading.Barrier(count)
-    guard = threading.Lock()
-    base = f"/api/v1/namespaces/{namespace}/configmaps"
-
-    def one(index: int) -> None:
-        name = f"floor-{index}"
-        body = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}}
-        barrier.wait()
-        started = time.monotonic()
-        kube.request("POST", base, body)
-        kube.request(
-            "PATCH",
-            f"{base}/{name}",
-            {"data": {"claimed": "true"}},
-            content_type="application/merge-patch+json",
-        )
-        kube.request("GET", f"{base}/{name}")
-        with guard:
-            results.append((time.monotonic() - started) * 1000)
-
-    threads = [threading.Thread(target=one, args=(index,)) for index in range(count)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    for index in range(count):
-        with contextlib.suppress(ApiError):
-            kube.request("DELETE", f"{base}/floor-{index}")
-    return results
-
-
-def _sustained(
-    client: Client, prefix: str, rate: float, seconds: float
-) -> tuple[list[Claim], float | None]:
-    """One claim every 1/rate s, each in its own thread; each Sandbox deleted once Ready.
-
-    Open loop, except that it stops issuing claims once MAX_IN_FLIGHT are waiting: past
-    that the node is not keeping up, and more would only queue Pending pods for minutes.
-    Returns the claims and when it stopped early (None if it ran the whole time).
-    """
-    count = int(rate * seconds)
-    results: list[Claim] = []
-    guard = threading.Lock()
-    in_flight = [0]
-    threads = []
-    stopped: float | None = None
-    started = time.monotonic()
-
-    def one(index: int) -> None:
-        name = f"{prefix}-{index}"
-        claim = _claim(client, name, time.monotonic() - started)
-        with guard:
-            results.append(claim)
-            in_flight[0] -= 1
-        with contextlib.suppress(Exception):
-            client.delete(name)
-
-    for index in range(count):
-        delay = started + index / rate - time.monotonic()
-        if delay > 0:
-            time.sleep(delay)
-        with guard:
-            if in_flight[0] >= MAX_IN_FLIGHT:
-                stopped = time.monotonic() - started
-                break
-            in_flight[0] += 1
-        thread = threading.Thread(target=one, args=(index,))
-        thread.start()
-        threads.append(thread)
-    for thread in threads:
-        thread.join()
-    return sorted(results, key=lambda c: c.offset), stopped
-
-
 def _settle(client: Client, kube: Kube, namespace: str, names: list[str]) -> None:
     """Deletes the Sandboxes and waits until their pods are gone (they hold CPU requests
     while they shut down)."""
@@ -246,19 +147,67 @@ def _docker_creates(ctx: Any, section: Section, count: int) -> list[float]:
     return samples
 
 
-def _record(section: Section, key: str, title: str, claims: list[Claim], **extra: Any) -> None:
-    cold = sum(1 for c in claims if c.ms is not None and not c.warm)
-    section.figure(
-        f"pool.{key}",
-        title,
-        "ms",
-        [c.ms for c in claims if c.ms is not None],
-        baseline="pool.cold",
-        label=title,
-        notes=f"{cold} of {len(claims)} found no warm pod and went cold",
-        **GROUP,
-        **extra,
+def _drain(kube: Kube, namespace: str, timeout: float = 180) -> None:
+    """Removes the pool and waits until none of its pods is left."""
+    _set_pool(kube, namespace, None)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not kube.get(
+            f"/api/v1/namespaces/{namespace}/pods", labelSelector=f"openblox.sh/pool={POOL_KEY}"
+        )["items"]:
+            return
+        time.sleep(1)
+
+
+def _openblox(kube: Kube, client: Client, namespace: str) -> Side:
+    return Side(
+        label="openblox",
+        prefix="pool",
+        claim=lambda name, offset: _claim(client, name, offset),
+        delete=client.delete,
+        set_pool=lambda size: _set_pool(kube, namespace, size),
+        wait_warm=lambda count: _wait_warm(kube, namespace, count),
+        warm=lambda: _warm_pods(kube, namespace),
+        settle=lambda names: _settle(client, kube, namespace, names),
+        drain=lambda: _drain(kube, namespace),
     )
+
+
+def _rival(ctx: Any, section: Section) -> tuple[Side, ClaimFunction] | None:
+    """agent-sandbox beside openblox (its side and its cold claim), or None and a note saying
+    why if it cannot run."""
+    rival = AgentSandbox(ctx)
+    try:
+        rival.start()
+    except Exception as error:
+        section.notes.append(f"agent-sandbox not measured: {type(error).__name__}: {error}"[:600])
+        return None
+    section.notes.append(
+        f"agent-sandbox {agent_sandbox.VERSION} ({agent_sandbox.MODULE}, built from the Go module "
+        "proxy by the run) beside openblox, alternating scenario by scenario, each system's pool "
+        "emptied before the other's fills. Its controller runs on the node out of cluster with "
+        "the admin kubeconfig and its default flags bar --extensions --leader-elect=false; its "
+        "SandboxTemplate's pod is openblox's pool pod for the same profile (the same image, "
+        f"{rival.image}, "
+        "IfNotPresent; RuntimeClass gvisor, resources, securityContext, seccomp, no token, "
+        "no service links, DNS to loopback) in a namespace with a default-deny NetworkPolicy. "
+        "Its pods get none of openblox's NRI plugin hardening (noexec scratch, bounded "
+        "/dev/shm, process cap) and no boundary probe before they count as warm: kubelet "
+        "Ready is enough for it."
+    )
+    return Side(
+        label="agent-sandbox",
+        prefix="pool.agent_sandbox",
+        claim=rival.claim,
+        delete=rival.delete,
+        set_pool=rival.set_pool,
+        wait_warm=rival.wait_warm,
+        warm=rival.warm,
+        settle=rival.settle,
+        drain=rival.drain,
+        roles=lambda: {CONTROLLER_ROLE: [rival.pid]} if rival.pid else {},
+        check=rival.pod_check,
+    ), rival.cold_claim
 
 
 def run(ctx: Any, section: Section) -> None:
@@ -267,7 +216,8 @@ def run(ctx: Any, section: Section) -> None:
     rid = ctx.run_id
     burst = ctx.n(20, 3)
     seconds = ctx.seconds(60.0, 5.0)
-    sizes = SIZES if not ctx.quick else (3, 2)
+    chosen = tuple(int(x) for x in str(getattr(ctx.args, "pool_sizes", "") or "").split(",") if x)
+    sizes = (chosen or SIZES) if not ctx.quick else (3, 2)
     rates = RATES if not ctx.quick else (1.0, 2.0)
     peak = max(burst * 2, max(sizes) + 8)
     free = node_capacity(kube)["cpu_free_m"]
@@ -284,22 +234,36 @@ def run(ctx: Any, section: Section) -> None:
     ctx.cleanup(_set_pool, kube, ns_warm, None)
     warm = Client(ns_warm, kubeconfig=env.KUBECONFIG)
     cold = Client(ns_cold, kubeconfig=env.KUBECONFIG)
+    sides = [_openblox(kube, warm, ns_warm)]
+    found = _rival(ctx, section) if not getattr(ctx.args, "no_agent_sandbox", False) else None
+    rival_cold = None
+    if found is not None:
+        sides.append(found[0])
+        rival_cold = found[1]
     errors: list[str] = []
 
-    # Cold and Docker first, in the same run: nothing of the pool's is running yet.
-    cold_claims = []
+    # Cold and Docker first, in the same run: nothing of the pools' is running yet. The two
+    # systems' cold creates alternate one by one.
+    cold_claims: dict[str, list[Claim]] = {side.prefix: [] for side in sides}
     for index in range(ctx.n(10, 2)):
-        cold_claims.append(_claim(cold, f"cold-{index}", 0.0))
+        cold_claims["pool"].append(_claim(cold, f"cold-{index}", 0.0))
         _settle(cold, kube, ns_cold, [f"cold-{index}"])
-    errors.extend(c.error for c in cold_claims if c.error)
-    section.figure(
-        "pool.cold",
-        "cold create (no pool), one at a time",
-        "ms",
-        [c.ms for c in cold_claims if c.ms is not None],
-        label="cold create",
-        **GROUP,
-    )
+        if rival_cold is not None:
+            claim = rival_cold(f"cold-{index}", 0.0)
+            cold_claims[sides[1].prefix].append(claim)
+            sides[1].settle([f"cold-{index}"])
+    for side in sides:
+        claims = cold_claims[side.prefix]
+        errors.extend(c.error for c in claims if c.error)
+        title = "cold create (no pool), one at a time"
+        section.figure(
+            f"{side.prefix}.cold",
+            title if side.prefix == "pool" else f"{side.label}: {title}",
+            "ms",
+            [c.ms for c in claims if c.ms is not None],
+            label="cold create" if side.prefix == "pool" else f"{side.label}: cold create",
+            **GROUP,
+        )
     docker_samples = _docker_creates(ctx, section, ctx.n(10, 2))
     if docker_samples:
         section.figure(
@@ -313,118 +277,41 @@ def run(ctx: Any, section: Section) -> None:
         )
     ctx.log("pool: cold and docker done")
 
-    # Burst: all at once from a full pool.
-    _set_pool(kube, ns_warm, burst)
-    fill = _wait_warm(kube, ns_warm, burst)
-    section.notes.append(f"the pool of {burst} was filled from empty in {fill:.0f} s")
+    # Burst: all at once from a full pool, each system in turn.
     section.figure(
         f"pool.burst{burst}.api_floor",
         f"API floor: {burst} at once, each a create, a patch and a read (the writes a claim "
         "cannot do without), no operator",
         "ms",
-        _api_floor(kube, ns_cold, burst),
+        claim_load.api_floor(kube, ns_cold, burst),
         label="API floor",
         **GROUP,
     )
-    names = [f"burst-{i}" for i in range(burst)]
-    by_role = node_cpu.roles(kube)
-    cpu_before = node_cpu.snapshot(by_role)
-    claims = _burst(warm, names)
-    cpu_after = node_cpu.snapshot(by_role)
-    errors.extend(c.error for c in claims if c.error)
-    _record(
-        section,
-        f"burst{burst}",
-        f"burst of {burst} from a pool of {burst}",
-        claims,
-        headline=True,
-        floor=f"pool.burst{burst}.api_floor",
-    )
-    if by_role:
-        node_cpu.record_burst(section, burst, node_cpu.per_claim_ms(cpu_before, cpu_after, burst))
-    else:
-        section.notes.append("CPU per claim not measured: this is not the embedded cluster's node")
-    _settle(warm, kube, ns_warm, names)
-    ctx.log("pool: burst done")
-
-    rows: list[list[Any]] = []
-    held: dict[int, list[tuple[float, dict[str, Any]]]] = {}
-    series: dict[str, list[list[float]]] = {}
-    for size in sizes:
-        _set_pool(kube, ns_warm, size)
-        for rate in rates:
-            _wait_warm(kube, ns_warm, size)
-            time.sleep(2)  # surplus pods from a larger size are gone
-            before = _warm_pods(kube, ns_warm)
-            started = time.monotonic()
-            claims, stopped = _sustained(warm, f"s{size}r{rate:g}", rate, seconds)
-            after = _warm_pods(kube, ns_warm)
-            summary = summarize_run(
-                claims,
-                warm_before=before,
-                warm_after=after,
-                seconds=time.monotonic() - started,
-            )
-            errors.extend(c.error for c in claims if c.error)
-            _record(
-                section,
-                f"rate{rate:g}.pool{size}",
-                f"{rate:g} claim/s for {seconds:.0f} s, pool of {size}",
-                claims,
-                headline=rate == rates[0],
-            )
-            held.setdefault(size, []).append((rate, summary))
-            series[f"{rate:g}/s, pool of {size}"] = [
-                [round(c.offset, 2), round(c.ms, 1)] for c in claims if c.ms is not None
-            ]
-            rows.append(
-                [f"{rate:g}/s", size, *_row(summary), "-" if stopped is None else f"{stopped:.0f}"]
-            )
-            _settle(warm, kube, ns_warm, [])
-            ctx.log(f"pool: {rate:g}/s with pool {size} done: {summary}")
-    _set_pool(kube, ns_warm, None)
-
-    for size, runs in held.items():
-        best = sustained_rate(runs)
-        refill = max((s["refill_per_s"] or 0.0) for _, s in runs)
-        section.figure(
-            f"pool.sustained.pool{size}",
-            f"highest rate tried with no claim finding the pool of {size} empty",
-            "claims/s",
-            value=best,
-            higher_is_better=True,
-            headline=True,
-            notes=f"the keeper made at most {refill:.2f} pods/s warm in any run"
-            + ("; the pool ran dry at every rate tried" if best is None else ""),
+    for side in sides:
+        done = pool_runs.burst(
+            kube, section, side, burst, headline=True, floor=f"pool.burst{burst}.api_floor"
         )
-    section.table(
-        "Sustained claims, each Sandbox deleted once Ready",
-        [
-            "rate",
-            "pool",
-            "claims",
-            "warm",
-            "went cold",
-            "failed",
-            "pool first empty at (s)",
-            "pods made warm / s",
-            "p50 ms",
-            "p95 ms",
-            "p99 ms",
-            "p50 / p99 ms while warm",
-            "p50 / p99 ms once empty",
-            f"stopped issuing at (s; {MAX_IN_FLIGHT} waiting)",
-        ],
-        rows,
+        errors.extend(c.error for c in done.claims if c.error)
+        section.notes.append(
+            f"{side.label}: the pool of {burst} filled from empty in {done.fill_s:.0f} s"
+        )
+        if not done.cpu_ms:
+            section.notes.append(
+                "CPU per claim not measured: this is not the embedded cluster's node"
+            )
+        elif side.prefix == "pool":
+            node_cpu.record_burst(section, burst, done.cpu_ms)
+        else:
+            section.table(
+                f"{side.label}: node CPU per claim during the burst of {burst}",
+                ["process", "CPU ms per claim"],
+                [[role, round(ms, 1)] for role, ms in done.cpu_ms.items()],
+            )
+        ctx.log(f"pool: {side.label} burst done")
+
+    pool_sustained.run(
+        ctx, section, sides, sizes=sizes, rates=rates, seconds=seconds, errors=errors
     )
-    section.series["claims"] = {
-        "title": "Claim create→Ready over each sustained run",
-        "xlabel": "s since the run started",
-        "ylabel": "ms",
-        "lines": series,
-        "styles": dict.fromkeys(series, "."),
-        "logy": True,
-    }
     if errors:
         section.notes.append(f"{len(errors)} creates failed: " + "; ".join(errors[:10]))
     section.notes.append(
@@ -436,22 +323,3 @@ def run(ctx: Any, section: Section) -> None:
     )
     with contextlib.suppress(ApiError):
         _set_pool(kube, ns_warm, None)
-
-
-def _row(summary: dict[str, Any]) -> list[Any]:
-    def pair(a: Any, b: Any) -> str:
-        return "-" if a is None else f"{a:.0f} / {b:.0f}"
-
-    return [
-        summary["claims"],
-        summary["warm"],
-        summary["cold"],
-        summary["failed"],
-        summary["first_dry_s"] if summary["first_dry_s"] is not None else "never",
-        summary["refill_per_s"],
-        summary["p50"],
-        summary["p95"],
-        summary["p99"],
-        pair(summary["p50_before_dry"], summary["p99_before_dry"]),
-        pair(summary["p50_after_dry"], summary["p99_after_dry"]),
-    ]
