@@ -95,6 +95,10 @@ def remove_crds() -> None:
     env.kubectl(
         "delete", "crd", "--ignore-not-found", "--wait=true", "--timeout=180s", *CRDS, timeout=200
     )
+    # kubectl's discovery cache still maps the plural `sandboxes` to agents.x-k8s.io for
+    # hours: a later `kubectl get sandboxes` then asks for a kind that is gone. Fetching
+    # discovery again writes the cache anew.
+    env.kubectl("api-resources", "--cached=false", "-o", "name", timeout=60)
 
 
 def _port_free(address: tuple[str, int]) -> bool:

@@ -75,7 +75,10 @@ def wait_for(what: str, probe: Callable[[], Any], timeout: float = 120, every: f
 
 
 def get_sandbox(kube: Kube, name: str, namespace: str) -> dict[str, Any] | None:
-    result = kube.kubectl("get", "sandbox", name, "-n", namespace, "-o", "json", check=False)
+    # Fully qualified: another project's Sandbox kind (agent-sandbox's) shares the plural.
+    result = kube.kubectl(
+        "get", "sandboxes.openblox.sh", name, "-n", namespace, "-o", "json", check=False
+    )
     return json.loads(result.stdout) if result.returncode == 0 else None
 
 
