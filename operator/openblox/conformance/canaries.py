@@ -166,9 +166,9 @@ class Canaries:
                 "requests": {"cpu": "10m", "memory": "32Mi"},
                 "limits": {"memory": "128Mi"},
             },
-            "readinessProbe": {"exec": {"command": ["test", "-e", "/tmp/hits.jsonl"]}}
-            if not host_namespaces
-            else None,
+            # Every canary is Ready once it serves: the listeners once they listen, the
+            # host canary once its shared-memory segment exists.
+            "readinessProbe": {"exec": {"command": ["test", "-e", "/tmp/hits.jsonl"]}},
         }
         if host_port:
             container["ports"] = [

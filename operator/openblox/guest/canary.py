@@ -118,6 +118,9 @@ def host(token: str, key: int) -> None:
     segment = libc.shmget(key, 4096, 0o1000 | 0o644)  # IPC_CREAT
     sys.stdout.write(f"marker {token} shm key {key} id {segment}\n")
     sys.stdout.flush()
+    if segment >= 0:
+        # Ready only once the segment exists: BND-004 looks for it the moment it is.
+        open(HITS, "a").close()
 
     def stop(_signum: int, _frame: FrameType | None) -> None:
         if segment >= 0:
