@@ -69,29 +69,31 @@ def profile_yaml(
 # For creates: enough CPU that the Sentry boots without being throttled much, small
 # enough that ten fit next to what other sessions run on this 2-core node.
 SMALL_PROFILE = "bench-small"
-SMALL_PROFILE_YAML = profile_yaml("100m", "128Mi")
 # For idle density (memory per sandbox, scaling): close to the least a Sandbox can ask
 # for. At 1m its pod takes over a minute to start and the operator's 30 s boundary probe
 # does not finish inside the throttled Sentry, so it never becomes Ready; 10m (15m with
 # the overhead) boots in about half a minute.
 IDLE_PROFILE = "bench-idle"
-IDLE_PROFILE_YAML = profile_yaml("10m", "64Mi", scratch="8Mi")
 # A profile whose RuntimeClass does not exist: every Sandbox naming it is reconciled to
 # Ready=False/RuntimeUnavailable and never gets a pod. That is how 1,000 Sandboxes fit
 # on a node where 1,000 pods never could.
 NOPOD_PROFILE = "bench-nopod"
-NOPOD_PROFILE_YAML = profile_yaml("1m", "64Mi", scratch="8Mi", runtime="openblox-bench-none")
 # For warm pools: Burstable like the shipped code-exec (limit 500m, a small request), so a
 # cold create and a refill boot at code-exec's speed while a pool of 20 and its refill
 # still fit beside other sessions' pods; small memory for the same reason.
 POOL_PROFILE = "bench-pool"
-POOL_PROFILE_YAML = profile_yaml("500m", "96Mi", scratch="8Mi", cpu_request="25m")
-BENCH_PROFILES = {
-    SMALL_PROFILE: SMALL_PROFILE_YAML,
-    POOL_PROFILE: POOL_PROFILE_YAML,
-    IDLE_PROFILE: IDLE_PROFILE_YAML,
-    NOPOD_PROFILE: NOPOD_PROFILE_YAML,
-}
+BENCH_PROFILE_NAMES = (SMALL_PROFILE, POOL_PROFILE, IDLE_PROFILE, NOPOD_PROFILE)
+
+
+def bench_profiles() -> dict[str, str]:
+    """The profiles' texts, made when a run needs them: they name the sandbox image this
+    checkout built, which a fresh clone has not built yet when its unit tests import this."""
+    return {
+        SMALL_PROFILE: profile_yaml("100m", "128Mi"),
+        POOL_PROFILE: profile_yaml("500m", "96Mi", scratch="8Mi", cpu_request="25m"),
+        IDLE_PROFILE: profile_yaml("10m", "64Mi", scratch="8Mi"),
+        NOPOD_PROFILE: profile_yaml("1m", "64Mi", scratch="8Mi", runtime="openblox-bench-none"),
+    }
 
 
 class Kube(Api):
@@ -351,11 +353,12 @@ class WatchRecorder:
 def ensure_bench_profiles(kube: Kube, timeout: float = 90) -> None:
     path = f"/api/v1/namespaces/{env.OPERATOR_NAMESPACE}/configmaps/{PROFILES_CONFIGMAP}"
     current = (kube.get(path).get("data")) or {}
-    if any(current.get(key) != value for key, value in BENCH_PROFILES.items()):
+    wanted = bench_profiles()
+    if any(current.get(key) != value for key, value in wanted.items()):
         kube.request(
             "PATCH",
             path,
-            {"data": BENCH_PROFILES},
+            {"data": wanted},
             content_type="application/merge-patch+json",
         )
     # Admission accepts a profile once the operator has published it there.
@@ -364,7 +367,7 @@ def ensure_bench_profiles(kube: Kube, timeout: float = 90) -> None:
     while time.monotonic() < deadline:
         with contextlib.suppress(ApiError):
             published = kube.get(admission).get("data") or {}
-            if all(key in published for key in BENCH_PROFILES):
+            if all(key in published for key in wanted):
                 return
         time.sleep(0.5)
     raise RuntimeError(
@@ -380,7 +383,7 @@ def remove_bench_profiles(kube: Kube, notes: list[str]) -> None:
             kube.request,
             "PATCH",
             path,
-            {"data": dict.fromkeys(BENCH_PROFILES)},
+            {"data": dict.fromkeys(BENCH_PROFILE_NAMES)},
             content_type="application/merge-patch+json",
         )
     except (ApiError, RuntimeError) as error:

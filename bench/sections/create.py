@@ -18,10 +18,10 @@ from bench import docker as docker_mod
 from bench import env
 from bench.cluster_side import (
     SMALL_PROFILE,
-    SMALL_PROFILE_YAML,
     Kube,
     WatchRecorder,
     bare_pod,
+    bench_profiles,
     delete_namespace,
     direct_pod,
     make_namespace,
@@ -99,7 +99,7 @@ class Harness:
             }
         if kind == "direct_pod":
             namespace, watch = self.ns_sbx, self.pods_sbx
-            body = direct_pod(name, namespace, SMALL_PROFILE, SMALL_PROFILE_YAML)
+            body = direct_pod(name, namespace, SMALL_PROFILE, bench_profiles()[SMALL_PROFILE])
         else:
             namespace, watch = self.ns_pods, self.pods_plain
             body = bare_pod(name, "gvisor" if kind == "bare_gvisor" else None, kind=kind)
