@@ -314,6 +314,8 @@ def test_a_pending_pod_is_looked_at_again_later_not_on_a_timer() -> None:
             "creationTimestamp": (NOW - timedelta(seconds=1)).strftime("%Y-%m-%dT%H:%M:%SZ"),
             "ownerReferences": [{"uid": SANDBOX_UID, "controller": True}],
         },
+        # On a node that does not say which runtime handlers it has (none is known here).
+        "spec": {"nodeName": "worker"},
         "status": {"phase": "Pending"},
     }
     watched.pod_seen(pod)

@@ -119,7 +119,7 @@ def runtime_class_changed(event: kopf.RawEvent, body: kopf.Body, memo: kopf.Memo
     name = body["metadata"]["name"]
     if event["type"] == "DELETED":
         runtime.watched.runtime_class_gone(name)
-    elif runtime.watched.runtime_class_seen(name):
+    elif runtime.watched.runtime_class_seen(name, str(body.get("handler") or "")):
         runtime.resyncs.request()  # RuntimeUnavailable ones may now run
 
 

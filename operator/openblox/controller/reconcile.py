@@ -31,7 +31,7 @@ from openblox.builders.pod_state import (
     unschedulable_runtime,
 )
 from openblox.builders.status import build_status, profile_digest, status_patch
-from openblox.controller import metrics, runtime_checks
+from openblox.controller import metrics
 from openblox.controller.deadlines import Deadlines
 from openblox.controller.election import NotLeader
 from openblox.controller.events import EventRecorder, record_denial, sandbox_ref
@@ -252,7 +252,7 @@ class Reconciler:
             return replace(base, pod=state, denials=(ended,) if ended else ())
         sandbox_failure = unschedulable_runtime(
             pod, profile.runtime_class_name
-        ) or runtime_checks.sandbox_creation_failure(self._kube, self._requeue, key, pod, now)
+        ) or self._runtimes.creation_failure(self._requeue, key, pod, profile, now)
         if sandbox_failure:
             self._events.record(sandbox_ref(sandbox), Reason.RUNTIME_UNAVAILABLE, sandbox_failure)
             return replace(

@@ -8,7 +8,8 @@ is started under another runtime.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any
 
@@ -21,6 +22,8 @@ from openblox.timestamps import parse_timestamp
 
 # A pod still Pending after this long has its events read for a runtime failure.
 PENDING_GRACE_SECONDS = 3.0
+# A node's reported runtime handlers are read again after this long.
+NODE_TTL_SECONDS = 60.0
 # containerd's words for a RuntimeClass handler it has no runtime for.
 MISSING_HANDLER = "no runtime for"
 
@@ -35,10 +38,20 @@ class RuntimeChecks:
 
     Built once and shared: the reconcile and the pool keeper ask the same question."""
 
-    def __init__(self, kube: Kube, watched: Watched, *, network_policy_enforced: bool) -> None:
+    def __init__(
+        self,
+        kube: Kube,
+        watched: Watched,
+        *,
+        network_policy_enforced: bool,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self._kube = kube
         self._watched = watched
         self._network_policy_enforced = network_policy_enforced
+        self._clock = clock
+        # Node name -> (when read, the runtime handlers it reports; None: it reports none).
+        self._node_handlers: dict[str, tuple[float, frozenset[str] | None]] = {}
 
     def problem(self, profile: Profile) -> str | None:
         """Why this profile's pods cannot run here (None: they can)."""
@@ -46,8 +59,8 @@ class RuntimeChecks:
         exists = self._watched.runtime_class_exists(name)
         if exists is None:
             try:
-                self._kube.get(path(group="node.k8s.io", plural="runtimeclasses", name=name))
-                self._watched.runtime_class_seen(name)
+                body = self._kube.get(path(group="node.k8s.io", plural="runtimeclasses", name=name))
+                self._watched.runtime_class_seen(name, str(body.get("handler") or ""))
                 exists = True
             except Exception as error:
                 if not is_not_found(error):
@@ -67,16 +80,60 @@ class RuntimeChecks:
             )
         return None
 
+    def creation_failure(
+        self,
+        requeue: Requeue,
+        key: tuple[str, str],
+        pod: Mapping[str, Any],
+        profile: Profile,
+        now: datetime,
+    ) -> str | None:
+        """The node could not create the pod's sandbox for want of the runtime's handler;
+        the retries are keyed by the Sandbox `key`, not by its pod.
+
+        Only a Pending pod on a node can meet that, and only on a node that does not
+        report the handler among its runtime handlers (kubelets from 1.30 report them):
+        its events are read then. A pod waiting for a node, or on a node that has the
+        handler, costs no request, which matters with many pods Pending at once (each
+        read is a list of its namespace's events)."""
+        if (pod.get("status") or {}).get("phase") != "Pending":
+            requeue.settled(key)
+            return None
+        node = (pod.get("spec") or {}).get("nodeName")
+        if not node:
+            return None  # its binding is a pod event, which brings the next reconcile
+        handler = self._watched.runtime_class_handler(profile.runtime_class_name)
+        if handler is not None and handler in (self._handlers_of(str(node)) or ()):
+            requeue.settled(key)
+            return None
+        return sandbox_creation_failure(self._kube, requeue, key, pod, now)
+
+    def _handlers_of(self, node: str) -> frozenset[str] | None:
+        """The runtime handlers the node reports, read again after NODE_TTL_SECONDS."""
+        read = self._node_handlers.get(node)
+        if read is None or self._clock() - read[0] > NODE_TTL_SECONDS:
+            try:
+                body = self._kube.get(path(plural="nodes", name=node))
+            except Exception as error:
+                if not is_not_found(error):
+                    raise
+                return None
+            reported = (body.get("status") or {}).get("runtimeHandlers")
+            names = (
+                frozenset(str(h.get("name")) for h in reported if isinstance(h, dict))
+                if isinstance(reported, list) and reported
+                else None
+            )
+            read = (self._clock(), names)
+            self._node_handlers[node] = read
+        return read[1]
+
 
 def sandbox_creation_failure(
     kube: Kube, requeue: Requeue, key: tuple[str, str], pod: Mapping[str, Any], now: datetime
 ) -> str | None:
     """The kubelet could not create the pod sandbox (for instance, no such handler); the
     retries are keyed by the Sandbox `key`, not by its pod."""
-    status = pod.get("status") or {}
-    if status.get("phase") != "Pending":
-        requeue.settled(key)
-        return None
     created = pod["metadata"].get("creationTimestamp")
     age = (now - parse_timestamp(created)).total_seconds() if created else PENDING_GRACE_SECONDS
     if age < PENDING_GRACE_SECONDS:

@@ -144,16 +144,23 @@ class Watched:
 
     # RuntimeClasses --------------------------------------------------------
 
-    def runtime_class_seen(self, name: str) -> bool:
-        """True when the name was not known to exist before."""
+    def runtime_class_seen(self, name: str, handler: str = "") -> bool:
+        """True when the name was not known to exist before. `handler` is its handler (the
+        runtime a node must have for it), kept for `runtime_class_handler`."""
         with self._lock:
             known, before = self._runtime_classes.lookup(name)
-            self._runtime_classes.put(name, True)
+            self._runtime_classes.put(name, handler or True)
             return not (known and before)
 
     def runtime_class_gone(self, name: str) -> None:
         with self._lock:
             self._runtime_classes.remove(name)
+
+    def runtime_class_handler(self, name: str) -> str | None:
+        """The handler of a RuntimeClass the watch has shown (None: not known)."""
+        with self._lock:
+            known, value = self._runtime_classes.lookup(name)
+            return value if known and isinstance(value, str) else None
 
     def runtime_class_exists(self, name: str) -> bool | None:
         """True / False when known, None when it has to be read."""
