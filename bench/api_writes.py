@@ -22,6 +22,11 @@ _LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
 def parse_writes(text: str) -> dict[str, float]:
     """Write requests answered since the API server started, by `resource[/subresource]`
     (with the group where there is one: `sandboxclaims.extensions.agents.x-k8s.io`)."""
+    return parse_requests(text, WRITE_VERBS)
+
+
+def parse_requests(text: str, verbs: frozenset[str]) -> dict[str, float]:
+    """Requests of these verbs answered since the API server started, as `parse_writes`."""
     counts: dict[str, float] = {}
     prefix = METRIC + "{"
     for line in text.splitlines():
@@ -29,7 +34,7 @@ def parse_writes(text: str) -> dict[str, float]:
             continue
         labels_text, _, value = line[len(prefix) :].rpartition("} ")
         labels = dict(_LABEL.findall(labels_text))
-        if labels.get("verb") not in WRITE_VERBS or labels.get("resource") in IGNORED_RESOURCES:
+        if labels.get("verb") not in verbs or labels.get("resource") in IGNORED_RESOURCES:
             continue
         try:
             number = float(value)

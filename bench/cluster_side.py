@@ -50,9 +50,11 @@ RETRIED_STATUSES = (429, 500, 502, 503, 504)
 def profile_yaml(
     cpu: str,
     memory: str,
+    *,
     scratch: str = "16Mi",
     runtime: str = "gvisor",
     cpu_request: str | None = None,
+    max_age_seconds: int = 3600,
 ) -> str:
     request = f"cpuRequest: {cpu_request}, " if cpu_request else ""
     return (
@@ -62,7 +64,8 @@ def profile_yaml(
         + f"resources: {{cpu: {cpu}, {request}memory: {memory}, scratch: {scratch}, "
         "processes: 128}\n"
         "exec: {timeoutSeconds: 60, outputBytes: 1048576}\n"
-        "lifetime: {idleTimeoutSeconds: 3600, maxAgeSeconds: 3600}\n"
+        f"lifetime: {{idleTimeoutSeconds: {min(3600, max_age_seconds)}, "
+        f"maxAgeSeconds: {max_age_seconds}}}\n"
     )
 
 
@@ -82,7 +85,11 @@ NOPOD_PROFILE = "bench-nopod"
 # cold create and a refill boot at code-exec's speed while a pool of 20 and its refill
 # still fit beside other sessions' pods; small memory for the same reason.
 POOL_PROFILE = "bench-pool"
-BENCH_PROFILE_NAMES = (SMALL_PROFILE, POOL_PROFILE, IDLE_PROFILE, NOPOD_PROFILE)
+# For the scale section: pods bound to simulated nodes, through a RuntimeClass that only
+# they have (bench/kwok.py); an unapproved runtime, so the profile says `unsafe`.
+SCALE_PROFILE = "bench-scale"
+SCALE_RUNTIME_CLASS = "openblox-bench-kwok"
+BENCH_PROFILE_NAMES = (SMALL_PROFILE, POOL_PROFILE, IDLE_PROFILE, NOPOD_PROFILE, SCALE_PROFILE)
 
 
 def bench_profiles() -> dict[str, str]:
@@ -93,6 +100,7 @@ def bench_profiles() -> dict[str, str]:
         POOL_PROFILE: profile_yaml("500m", "96Mi", scratch="8Mi", cpu_request="25m"),
         IDLE_PROFILE: profile_yaml("10m", "64Mi", scratch="8Mi"),
         NOPOD_PROFILE: profile_yaml("1m", "64Mi", scratch="8Mi", runtime="openblox-bench-none"),
+        SCALE_PROFILE: profile_yaml("10m", "64Mi", scratch="8Mi", runtime=SCALE_RUNTIME_CLASS),
     }
 
 

@@ -32,6 +32,7 @@ from bench.sections import (
     operator_cost,
     pool,
     preview,
+    scale,
     scaling,
     syscalls,
 )
@@ -55,9 +56,12 @@ SECTIONS: dict[str, ModuleType] = {
     "scaling": scaling,
     "cluster-up": cluster_up,
     "kind": kind,
+    "scale": scale,
 }
-# Run only when asked for by name: it restarts the cluster everyone else is using.
-EXPLICIT_ONLY = {"cluster-up", "kind"}
+# Run only when asked for by name: cluster-up restarts the cluster everyone else is
+# using, kind builds a cluster of its own, and scale fills the API server with 10,000
+# Sandboxes for up to 25 minutes.
+EXPLICIT_ONLY = {"cluster-up", "kind", "scale"}
 
 
 @dataclass
@@ -168,6 +172,21 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         default="20,5",
         help="pool: the pool sizes of the sustained runs, comma-separated (default 20,5)",
     )
+    parser.add_argument(
+        "--scale-sandboxes",
+        type=int,
+        default=10_000,
+        help="scale: Sandboxes on the simulated nodes (default 10000)",
+    )
+    parser.add_argument(
+        "--scale-nodes", type=int, default=100, help="scale: simulated nodes (default 100)"
+    )
+    parser.add_argument(
+        "--scale-namespaces",
+        type=int,
+        default=100,
+        help="scale: namespaces the Sandboxes and the pools are spread over (default 100)",
+    )
     parser.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
     parser.add_argument(
         "--report-only",
@@ -244,13 +263,17 @@ def main(argv: list[str] | None = None) -> int:
     from bench.cluster_side import run_id
 
     if args.cleanup:
-        from bench import agent_sandbox
+        from bench import agent_sandbox, kwok
         from bench import docker as docker_mod
         from bench.cluster_side import Kube, clean_leftovers
 
         notes: list[str] = []
         clean_leftovers(Kube(), notes)
         agent_sandbox.remove_leftovers(notes)
+        kwok.stop_leftover(notes)
+        removed = kwok.remove_nodes(Kube())
+        if removed:
+            notes.append(f"deleted {removed} simulated nodes an interrupted run left")
         docker = docker_mod.Docker()
         if docker._answers():
             docker.remove_all()

@@ -61,7 +61,7 @@ class AgentSandbox:
         agent_sandbox.install_crds()
         self.controller = agent_sandbox.Controller(binary, self.ctx.run_id)
         self.ctx.cleanup(self.controller.stop)
-        self.controller.start()
+        self.controller.start_controller()
         # Not opted in to openblox: its operator leaves this namespace alone.
         make_namespace(self.kube, self.namespace, sandboxes=False)
         self.ctx.cleanup(delete_namespace, self.kube, self.namespace, wait=180)
