@@ -477,13 +477,16 @@ def test_an_api_server_hiccup_mid_exec_is_a_typed_error_never_a_result(
     assert box.exec(["echo", "still here"]).stdout == b"still here\n"
 
 
-SMALL = profile_yaml(resources={"cpu": "100m", "memory": "128Mi", "scratch": "16Mi"})
+def small_profile() -> str:
+    """Made when a test runs: it names the image `make up` built, which a fresh clone has
+    not built when its tests are collected."""
+    return profile_yaml(resources={"cpu": "100m", "memory": "128Mi", "scratch": "16Mi"})
 
 
 def test_fifty_concurrent_execs_across_ten_sandboxes_return_their_own_output(
     operator: Kube, client: Client
 ) -> None:
-    with extra_profiles(operator, {"test-small": SMALL}):
+    with extra_profiles(operator, {"test-small": small_profile()}):
         wait_for("admission params", lambda: admission_has(operator, "test-small"), 30)
         require_sandbox_room(operator, "test-small", 10)
         with concurrent.futures.ThreadPoolExecutor(10) as pool:

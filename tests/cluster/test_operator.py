@@ -29,9 +29,13 @@ from tests.cluster.sandboxes import (
 
 pytestmark = pytest.mark.cluster
 
+
 # requests == limits: a CPU limit of a few millicores throttles the Sentry itself, so
 # 10m is the least that still boots and answers an exec promptly.
-TINY = profile_yaml(resources={"cpu": "10m", "memory": "96Mi", "scratch": "16Mi"})
+def tiny_profile() -> str:
+    """Made when a test runs: it names the image `make up` built, which a fresh clone has
+    not built when its tests are collected."""
+    return profile_yaml(resources={"cpu": "10m", "memory": "96Mi", "scratch": "16Mi"})
 
 
 @pytest.fixture
@@ -451,7 +455,7 @@ def _many(namespace: str, count: int, prefix: str, profile: str) -> tuple[list[s
 
 
 def test_a_hundred_sandboxes_at_once(operator: Kube, sandboxes_ns: str) -> None:
-    with extra_profiles(operator, {"test-tiny": TINY}):
+    with extra_profiles(operator, {"test-tiny": tiny_profile()}):
         wait_for("admission params", lambda: admission_has(operator, "test-tiny"), 30)
         require_sandbox_room(operator, "test-tiny", 100)
         names, manifest = _many(sandboxes_ns, 100, "s", "test-tiny")
@@ -468,7 +472,7 @@ def test_a_hundred_sandboxes_at_once(operator: Kube, sandboxes_ns: str) -> None:
 def test_operator_killed_mid_create_converges_without_duplicates(
     operator: Kube, sandboxes_ns: str
 ) -> None:
-    with extra_profiles(operator, {"test-tiny": TINY}):
+    with extra_profiles(operator, {"test-tiny": tiny_profile()}):
         wait_for("admission params", lambda: admission_has(operator, "test-tiny"), 30)
         require_sandbox_room(operator, "test-tiny", 15)
         names, manifest = _many(sandboxes_ns, 15, "k", "test-tiny")

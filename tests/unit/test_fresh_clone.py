@@ -1,6 +1,7 @@
-"""A fresh clone runs its unit tests before `make install` has built anything, so no
-module may need a build when it is imported: the first cold CI run found the benchmark's
-profiles reading the sandbox image's digest at import time."""
+"""A fresh clone runs its unit tests before `make install` has built anything, and
+collects its cluster tests before their fixtures build the images, so no module may need
+a build when it is imported: the first cold CI runs found the benchmark's profiles and
+two cluster test modules reading the sandbox image's digest at import time."""
 
 from __future__ import annotations
 
@@ -42,3 +43,28 @@ def test_every_bench_module_imports_with_nothing_built(tmp_path: Path) -> None:
         check=False,
     )
     assert result.returncode == 0, result.stderr[-3000:]
+
+
+def test_the_cluster_tests_are_collected_with_nothing_built(tmp_path: Path) -> None:
+    """`make test` collects the cluster tests before their fixtures start the cluster
+    (which builds the images), so nothing at a test module's top may need a build."""
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-p",
+            "no:cacheprovider",
+            "--collect-only",
+            "-q",
+            "tests/cluster",
+            "tests/kind",
+        ],
+        cwd=REPO,
+        env={**os.environ, "OPENBLOX_CACHE": str(tmp_path)},
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
