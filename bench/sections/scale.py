@@ -488,7 +488,7 @@ def _expiry_wave(
     before = sampler.take()
     started = time.monotonic()
     short = profile_yaml(
-        "10m", "64Mi", scratch="8Mi", runtime=SCALE_RUNTIME_CLASS, max_age_seconds=60
+        "10m", "64Mi", scratch="8Mi", runtime=SCALE_RUNTIME_CLASS, max_age_seconds=1
     )
     kube.request(
         "PATCH",
