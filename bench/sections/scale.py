@@ -243,8 +243,7 @@ def run(ctx: Any, section: Section) -> None:
         make_namespace(kube, f"obx-bench-scale-{run_id}-{j:03d}", sandboxes=True)
         for j in range(namespaces_wanted)
     ]
-    for namespace in namespaces:
-        ctx.cleanup(delete_namespace, kube, namespace, wait=600)
+    ctx.cleanup(_delete_namespaces, kube, namespaces)
 
     pods = Arrivals(kube, "/api/v1/pods", LABEL_SANDBOX, _sandbox_of_pod)
     sandboxes = Arrivals(
@@ -280,6 +279,18 @@ def run(ctx: Any, section: Section) -> None:
         f"agent Leases renewed {leases.renewals} times ({leases.failures} failed); the "
         f"bench's own watches reconnected {pods.reconnects + sandboxes.reconnects} times"
     )
+
+
+def _delete_namespaces(kube: Kube, namespaces: list[str], wait: float = 600) -> None:
+    """All at once, then until all are gone (kwok finishes their pods' deletions, so it
+    must still run)."""
+    for namespace in namespaces:
+        delete_namespace(kube, namespace)
+    deadline = time.monotonic() + wait
+    for namespace in namespaces:
+        left = max(deadline - time.monotonic(), 1.0)
+        if delete_namespace(kube, namespace, wait=left) is None:
+            raise RuntimeError(f"namespace {namespace} was still there after {wait:.0f} s")
 
 
 def _create(kube: Kube, namespace: str, name: str) -> float:
