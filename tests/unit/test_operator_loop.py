@@ -482,6 +482,7 @@ def test_a_sandbox_being_deleted_has_its_pod_deleted_and_gets_no_new_one() -> No
     deleting = sandbox_body(uid=_uid("demo"))
     deleting["metadata"]["deletionTimestamp"] = "2025-01-02T03:05:00Z"
     deleting["metadata"]["finalizers"] = ["tenant.example/hold"]
+    cache.upsert(deleting)  # as the watch's handler does before it reconciles
     reconciler.reconcile(deleting, "sandbox")
     assert kube.take() == [("DELETE", f"/api/v1/namespaces/team-a/pods/{pod_name(sandbox)}")]
     assert reconciler._deadlines.get(("team-a", "demo")) is None

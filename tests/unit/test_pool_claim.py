@@ -139,6 +139,19 @@ def test_a_sandbox_a_pool_serves_gets_a_probed_warm_pod_in_three_requests() -> N
     assert server.take() == []
 
 
+def test_a_trigger_that_waited_with_an_older_copy_writes_no_second_status() -> None:
+    # The pod event of the hand-out is handled beside the reconcile that made it: it takes
+    # the Sandbox from the cache before that reconcile has written the status, then waits
+    # for the Sandbox's lock. It must reconcile what the cache holds by then.
+    server, reconciler, watched, cache = _pooled_operator(sole_hand_out=lambda sandbox: True)
+    watched.pod_seen(server.add_pod("warm.aaaaa", **{"openblox.sh/boundary": "gvisor"}))
+    before_the_status = _cached(cache)
+    reconciler.reconcile(before_the_status, "sandbox")
+    server.take()
+    reconciler.reconcile(before_the_status, "pod")
+    assert server.take() == []
+
+
 def test_a_sandbox_made_after_this_replica_took_the_lease_is_handed_a_pod_in_two() -> None:
     server, reconciler, watched, cache = _pooled_operator(sole_hand_out=lambda sandbox: True)
     watched.pod_seen(server.add_pod("warm.aaaaa", **{"openblox.sh/boundary": "gvisor"}))

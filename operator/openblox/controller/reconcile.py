@@ -102,6 +102,7 @@ class Reconciler:
         metrics.RECONCILES.labels(trigger).inc()
         sandbox = body if isinstance(body, Sandbox) else parse_sandbox(body)
         with self._lock_for(sandbox.uid):
+            sandbox = self._latest(sandbox)
             try:
                 if sandbox.deletion_timestamp is not None:
                     self._end_pods_of_deleted(sandbox)
@@ -133,6 +134,18 @@ class Reconciler:
             self._unprepared.forget((namespace, name))
             self._requeue.settled((namespace, name))
             self._deadlines.disarm((namespace, name))
+
+    def _latest(self, sandbox: Sandbox) -> Sandbox:
+        """The cache's copy, once this Sandbox's lock is held. Every trigger's copy went
+        through the cache (a watch event is cached before it is reconciled), and the cache
+        holds the watch's newest copy or the answer of our own last write, whichever came
+        later; a trigger that waited for the lock (the pod event of a hand-out, handled
+        beside the reconcile that made it) may carry a copy from before that reconcile's
+        status write, and reconciling that would write the same status again."""
+        if self._cache is None:
+            return sandbox
+        cached = self._cache.get(sandbox.namespace, sandbox.name)
+        return cached if cached is not None and cached.uid == sandbox.uid else sandbox
 
     def _lock_for(self, uid: str) -> threading.Lock:
         with self._locks_guard:
