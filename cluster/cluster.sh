@@ -338,7 +338,7 @@ EOF
   # openblox's seccomp profile, which sandbox pods name as Localhost openblox/sandbox.json,
   # is the node agent's to install, where a kubelet keeps them by default: this kubelet's
   # seccomp directory is that one.
-  mkdir -p "$(dirname "$SECCOMP_DIR")"
+  mkdir -p "$(dirname "$SECCOMP_DIR")" "$KUBELET_ROOT"
   if [[ ! -L $KUBELET_ROOT/seccomp ]]; then
     mkdir -p "$SECCOMP_DIR"
     rm -rf "$KUBELET_ROOT/seccomp"
@@ -438,7 +438,11 @@ clean_node() {
   pkill -f "$BIN/runsc" 2>/dev/null || true
   pkill -f "runsc-sandbox .*--root=$RUN/runsc" 2>/dev/null || true
   local mounts
-  mounts=$(awk '{print $2}' /proc/mounts | grep -E "^($ROOT|$RUN)/" | sort -r || true)
+  # Not the project's dockerd's (cluster/docker.sh: its data root under $ROOT/docker, its
+  # exec root under $RUN/docker): it runs beside the cluster, building kind's images or
+  # running kind's nodes, and a cold `make test` starts it before the cluster is up.
+  mounts=$(awk '{print $2}' /proc/mounts | grep -E "^($ROOT|$RUN)/" |
+    grep -Ev "^($ROOT|$RUN)/docker(/|$)" | sort -r || true)
   if [[ -n $mounts ]]; then
     log "unmounting $(wc -l <<<"$mounts") leftover mounts"
     while read -r m; do umount -l "$m" 2>/dev/null || true; done <<<"$mounts"
