@@ -130,6 +130,18 @@ kubeadmConfigPatches:
 - |
   kind: KubeletConfiguration
   failCgroupV1: false
+# kubeadm gives the API server one minute by default to answer its first calls; on two
+# cores beside the embedded cluster at the end of its suite, the first cold create took
+# longer (kubeadm init: "unable to create ClusterRoleBinding: context deadline exceeded").
+- |
+  kind: JoinConfiguration
+  timeouts:
+    controlPlaneComponentHealthCheck: 10m0s
+    kubeletHealthCheck: 10m0s
+    kubernetesAPICall: 5m0s
+    etcdAPICall: 5m0s
+    tlsBootstrap: 10m0s
+    discovery: 10m0s
 nodes:
 - role: control-plane
   image: $gvisor
@@ -141,6 +153,11 @@ nodes:
     kind: InitConfiguration
     nodeRegistration:
       taints: []
+    timeouts:
+      controlPlaneComponentHealthCheck: 10m0s
+      kubeletHealthCheck: 10m0s
+      kubernetesAPICall: 5m0s
+      etcdAPICall: 5m0s
 - role: worker
   image: $gvisor
   labels: {$GVISOR_LABEL: "true"}
