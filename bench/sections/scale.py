@@ -160,11 +160,37 @@ class Sampler:
         if not self.roles:
             raise RuntimeError("the scale section reads the embedded cluster's processes")
 
+    def restarts(self) -> tuple[int, str]:
+        """Restarts of every operator replica together (the Lease may move with one), and
+        why the last container to end ended (`OOMKilled`, an exit code)."""
+        total, why, last = 0, "", ""
+        for pod in self.operator.replicas():
+            for status in (pod.get("status") or {}).get("containerStatuses") or []:
+                total += int(status.get("restartCount", 0))
+                ended = (status.get("lastState") or {}).get("terminated") or {}
+                if ended.get("finishedAt", "") > last:
+                    last = str(ended["finishedAt"])
+                    why = str(ended.get("reason") or f"exit code {ended.get('exitCode')}")
+        return total, why
+
+    def operator_sample(self, wait: float = 120) -> dict[str, Any]:
+        """The operator's sample, waiting out a replica that is restarting."""
+        deadline = time.monotonic() + wait
+        while True:
+            try:
+                return self.operator.sample()
+            except RuntimeError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(2)
+
     def take(self) -> dict[str, Any]:
-        operator = self.operator.sample()
+        operator = self.operator_sample()
+        self.roles = node_cpu.roles(self.kube) or self.roles  # a replica may have restarted
         metrics = self.kube.text("/metrics")
         return {
             "at": time.monotonic(),
+            "leader": tuple(operator["pids"]),
             "operator_rss": operator["rss"],
             "cpu": node_cpu.snapshot(self.roles),
             "apiserver_rss": procs.memory_of(self.roles["kube-apiserver"])["rss"],
@@ -174,9 +200,14 @@ class Sampler:
         }
 
 
-def _cpu_percent(before: dict[str, Any], after: dict[str, Any], role: str) -> float:
+def _cpu_percent(before: dict[str, Any], after: dict[str, Any], role: str) -> str:
+    """A role's CPU between two samples, as text: "n/a" when its process changed between
+    them (a replica restarted, or the Lease moved), which makes the difference meaningless."""
     elapsed = float(after["at"] - before["at"])
-    return float(after["cpu"].get(role, 0.0) - before["cpu"].get(role, 0.0)) / elapsed * 100
+    used = float(after["cpu"].get(role, 0.0) - before["cpu"].get(role, 0.0))
+    if used < 0 or before.get("leader") != after.get("leader"):
+        return "n/a"
+    return f"{used / elapsed * 100:.0f}%"
 
 
 def _sum(counts: dict[str, float], resources: tuple[str, ...]) -> float:
@@ -314,7 +345,7 @@ def _create(kube: Kube, namespace: str, name: str) -> float:
 
 
 def _steps(target: int) -> list[int]:
-    marks = [m for m in (1000, 2500, 5000, 7500, 10_000, 15_000, 20_000) if m < target]
+    marks = [m for m in (250, 500, 1000, 2500, 5000, 7500, 10_000, 15_000, 20_000) if m < target]
     return [*marks, target]
 
 
@@ -330,7 +361,7 @@ def _ramp(
     baseline: dict[str, Any],
 ) -> tuple[int, str | None]:
     kube = sampler.kube
-    restarts = sampler.operator.restarts()
+    restarts, _ = sampler.restarts()
     created: dict[tuple[str, str], float] = {}
     rows: list[list[Any]] = []
     reached = 0
@@ -348,19 +379,24 @@ def _ramp(
         created_s = time.monotonic() - step_started
         keys = set(wanted)
         last_count, last_progress = -1, time.monotonic()
-        rss = 0
+        rss = before["operator_rss"]
         while True:
             count = pods.count_added(keys)
             if count != last_count:
                 last_count, last_progress = count, time.monotonic()
             if count == len(keys):
                 break
-            rss = sampler.operator.sample()["rss"]
+            now_restarts, why = sampler.restarts()
+            if now_restarts != restarts:
+                stopped = (
+                    f"stopped at {step}: an operator replica restarted ({why}) with "
+                    f"{count} of this step's {len(keys)} pods made; the Lease holder's RSS was "
+                    f"{rss / MIB:.0f} MiB a second before"
+                )
+                break
+            rss = sampler.operator_sample()["rss"]
             if rss > RSS_ABORT:
                 stopped = f"stopped at {step}: the operator's RSS reached {rss / MIB:.0f} MiB"
-                break
-            if sampler.operator.restarts() != restarts:
-                stopped = f"stopped at {step}: the operator restarted"
                 break
             if time.monotonic() - last_progress > STALL_SECONDS:
                 stopped = (
@@ -384,7 +420,7 @@ def _ramp(
                 round(statistics.median(lags)) if lags else None,
                 round(lags[int(0.99 * (len(lags) - 1))]) if lags else None,
                 round(after["operator_rss"] / MIB, 1),
-                round(_cpu_percent(before, after, node_cpu.LEADER), 1),
+                _cpu_percent(before, after, node_cpu.LEADER),
                 round(after["apiserver_rss"] / MIB),
                 round(after["etcd_rss"] / MIB),
                 round(_sum(api_writes.delta(before["watches"], after["watches"]), ("pods",))),
@@ -405,7 +441,7 @@ def _ramp(
             "create→pod p50 ms",
             "create→pod p99 ms",
             "operator RSS MiB",
-            "operator CPU % of a core",
+            "operator CPU, share of a core",
             "API server RSS MiB",
             "etcd RSS MiB",
             "pod WATCHes ended (each restarted)",
@@ -477,7 +513,7 @@ def _pools(
         "s",
         value=elapsed,
         notes=f"{made} of {wanted} made; operator CPU "
-        f"{_cpu_percent(before, after, node_cpu.LEADER):.0f}% of a core meanwhile",
+        f"{_cpu_percent(before, after, node_cpu.LEADER)} of a core meanwhile",
     )
 
 
@@ -529,7 +565,7 @@ def _expiry_wave(
             f"{gone} of {len(keys)} deleted; first at {times[0]:.1f} s, half at "
             f"{times[len(times) // 2]:.1f} s; {deletes:.0f} Sandbox writes (deletes and "
             f"status) meanwhile; {pods_gone} pods gone by then; operator CPU "
-            f"{_cpu_percent(before, after, node_cpu.LEADER):.0f}% of a core"
+            f"{_cpu_percent(before, after, node_cpu.LEADER)} of a core"
             if times
             else "none was deleted"
         ),

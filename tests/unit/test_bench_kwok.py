@@ -44,8 +44,8 @@ def test_the_node_stage_offers_what_a_sandbox_pod_asks_for_and_the_handler() -> 
 
 
 def test_the_ramp_stops_at_round_counts_and_at_the_target() -> None:
-    assert _steps(10_000) == [1000, 2500, 5000, 7500, 10_000]
-    assert _steps(3000) == [1000, 2500, 3000]
+    assert _steps(10_000) == [250, 500, 1000, 2500, 5000, 7500, 10_000]
+    assert _steps(3000) == [250, 500, 1000, 2500, 3000]
     assert _steps(200) == [200]
 
 
