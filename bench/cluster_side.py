@@ -13,7 +13,7 @@ import threading
 import time
 import uuid
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
@@ -229,6 +229,55 @@ def direct_pod(name: str, namespace: str, profile_name: str, profile_yaml: str) 
 # --------------------------------------------------------------------------- watches
 
 
+def list_then_watch(
+    kube: Kube,
+    path: str,
+    stop: threading.Event,
+    seen: Callable[[str, Mapping[str, Any]], None],
+    ready: threading.Event,
+    *,
+    params: Mapping[str, str] | None = None,
+    reconnected: Callable[[], None] = lambda: None,
+) -> None:
+    """List `path`, then watch it from the list's version until `stop`: from a new list
+    when that version is too old (410), from the last version seen after a cut stream,
+    an ERROR event or an API hiccup. `seen(kind, body)` gets "EXISTING" for each listed
+    object and each event's type after (BOOKMARKs left out); `ready` is set once listed."""
+    version: str | None = None
+    extra = dict(params or {})
+    while not stop.is_set():
+        try:
+            if version is None:
+                listing = kube.get(path, **extra)
+                version = listing["metadata"]["resourceVersion"]
+                for item in listing.get("items") or []:
+                    seen("EXISTING", item)
+                ready.set()
+            events = kube.watch(
+                path,
+                resource_version=version,
+                timeout_seconds=WATCH_SECONDS,
+                bookmarks=True,
+                **extra,
+            )
+            with contextlib.closing(events):
+                for event in events:
+                    if stop.is_set():
+                        return
+                    version = event["object"]["metadata"]["resourceVersion"]
+                    if event["type"] != "BOOKMARK":
+                        seen(event["type"], event["object"])
+            reconnected()
+        except Gone:
+            version = None
+            reconnected()
+        except Exception:
+            if stop.is_set():
+                return
+            reconnected()
+            time.sleep(0.5)
+
+
 class WatchRecorder:
     """Watches pods or Sandboxes in a namespace and stamps when each reaches each state.
 
@@ -263,34 +312,7 @@ class WatchRecorder:
         self.close()
 
     def _run(self) -> None:
-        version: str | None = None
-        while not self._stop.is_set():
-            try:
-                if version is None:
-                    listing = self._kube.get(self._path)
-                    version = listing["metadata"]["resourceVersion"]
-                    for item in listing.get("items", []):
-                        self._observe("EXISTING", item)
-                    self._ready.set()
-                events = self._kube.watch(
-                    self._path,
-                    resource_version=version,
-                    timeout_seconds=WATCH_SECONDS,
-                    bookmarks=True,
-                )
-                with contextlib.closing(events):
-                    for event in events:
-                        if self._stop.is_set():
-                            return
-                        version = event["object"]["metadata"]["resourceVersion"]
-                        if event["type"] != "BOOKMARK":
-                            self._observe(event["type"], event["object"])
-            except Gone:  # the version is too old (an ERROR event of 410): list again
-                version = None
-            except Exception:  # a cut stream, an ERROR event, an API hiccup: watch again
-                if self._stop.is_set():
-                    return
-                time.sleep(0.5)
+        list_then_watch(self._kube, self._path, self._stop, self._observe, self._ready)
 
     def _stamp(self, name: str, mark: str, at: float) -> None:
         self.marks[name].setdefault(mark, at)

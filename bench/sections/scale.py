@@ -16,11 +16,10 @@ SIGINT/SIGTERM, and by `--cleanup`.
 
 from __future__ import annotations
 
-import contextlib
 import statistics
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -32,6 +31,7 @@ from bench.cluster_side import (
     Kube,
     Operator,
     delete_namespace,
+    list_then_watch,
     make_namespace,
     patiently,
     profile_yaml,
@@ -46,7 +46,7 @@ from openblox.names import (
     POOLS_CONFIGMAP,
     PROFILES_CONFIGMAP,
 )
-from openblox.transport import ApiError, Gone, is_conflict
+from openblox.transport import ApiError, is_conflict
 
 TITLES = {"scale": "Scale: 10,000 Sandboxes on 100 simulated nodes (control plane only)"}
 MIB = 2**20
@@ -69,7 +69,7 @@ class Arrivals:
     went, keyed by (namespace, key(object)); it counts its own reconnects."""
 
     def __init__(
-        self, kube: Kube, path: str, selector: str, key: Callable[[dict[str, Any]], str]
+        self, kube: Kube, path: str, selector: str, key: Callable[[Mapping[str, Any]], str]
     ) -> None:
         self._kube = kube
         self._path = path
@@ -90,40 +90,20 @@ class Arrivals:
         self._stop.set()
 
     def _run(self) -> None:
-        version: str | None = None
-        while not self._stop.is_set():
-            try:
-                if version is None:
-                    listing = self._kube.get(self._path, labelSelector=self._selector)
-                    version = listing["metadata"]["resourceVersion"]
-                    for item in listing.get("items") or []:
-                        self._seen("ADDED", item)
-                    self._ready.set()
-                events = self._kube.watch(
-                    self._path,
-                    resource_version=version,
-                    timeout_seconds=WATCH_SECONDS,
-                    bookmarks=True,
-                    labelSelector=self._selector,
-                )
-                with contextlib.closing(events):
-                    for event in events:
-                        if self._stop.is_set():
-                            return
-                        version = event["object"]["metadata"]["resourceVersion"]
-                        if event["type"] != "BOOKMARK":
-                            self._seen(event["type"], event["object"])
-                self.reconnects += 1
-            except Gone:
-                version = None
-                self.reconnects += 1
-            except Exception:
-                if self._stop.is_set():
-                    return
-                self.reconnects += 1
-                time.sleep(0.5)
+        list_then_watch(
+            self._kube,
+            self._path,
+            self._stop,
+            self._seen,
+            self._ready,
+            params={"labelSelector": self._selector},
+            reconnected=self._reconnected,
+        )
 
-    def _seen(self, kind: str, body: dict[str, Any]) -> None:
+    def _reconnected(self) -> None:
+        self.reconnects += 1
+
+    def _seen(self, kind: str, body: Mapping[str, Any]) -> None:
         at = time.monotonic()
         key = (str(body["metadata"].get("namespace")), self._key(body))
         with self._lock:
@@ -141,11 +121,11 @@ class Arrivals:
             return sum(1 for key in keys if key in self.deleted)
 
 
-def _sandbox_of_pod(pod: dict[str, Any]) -> str:
+def _sandbox_of_pod(pod: Mapping[str, Any]) -> str:
     return str((pod["metadata"].get("labels") or {}).get(LABEL_SANDBOX) or "")
 
 
-def _name_of(body: dict[str, Any]) -> str:
+def _name_of(body: Mapping[str, Any]) -> str:
     return str(body["metadata"]["name"])
 
 
