@@ -5,7 +5,9 @@ handlers: the reconcile is level-based, so it needs no diff, no progress annotat
 and no finalizers; the initial listing after a restart is the resume. The other watches
 (pods, Namespaces, RuntimeClasses, the NetworkPolicy) keep `Watched` current, so a
 reconcile reads nothing from the API server, and trigger reconciles when what a Sandbox
-waits for changes. Every replica watches; only the Lease holder reconciles.
+waits for changes. A handler reconciles nothing itself: it adds the Sandbox to the work
+queue (`work_queue.py`), whose workers reconcile it. Every replica watches; only the
+Lease holder reconciles.
 """
 
 from __future__ import annotations
@@ -36,8 +38,14 @@ def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
     # No kopf peering (`standalone`, see __main__): it pauses a standby's watches, so its
     # caches go cold. Every replica watches; the Lease (`Election`) decides who writes.
     settings.posting.enabled = False
-    settings.execution.max_workers = 16
     settings.watching.server_timeout = 300
+    # Memory stays bounded by what the caches keep, not by a burst (docs/scale.md): the
+    # first listing comes in pages, not as one body of every sandbox pod; and the
+    # library's per-object worker, which holds its last event's whole body, goes after
+    # half a second without events instead of five. The handlers below are coroutines
+    # that only update caches and queue reconciles, so no event waits for a thread.
+    settings.watching.chunk_size = 500
+    settings.queueing.idle_timeout = 0.5
     # Only raw event handlers are registered, so kopf writes no last-handled-configuration
     # or progress annotations and adds no finalizers: there is nothing to switch off.
     runtime = Runtime.build()
@@ -71,7 +79,7 @@ def stop(memo: kopf.Memo, **_: Any) -> None:
 
 
 @kopf.on.event(GROUP, VERSION, PLURAL)
-def sandbox_changed(event: kopf.RawEvent, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+async def sandbox_changed(event: kopf.RawEvent, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     runtime: Runtime = memo["runtime"]
     metadata = body["metadata"]
     if event["type"] == "DELETED":
@@ -81,11 +89,13 @@ def sandbox_changed(event: kopf.RawEvent, body: kopf.Body, memo: kopf.Memo, **_:
     sandbox = runtime.cache.upsert(body)
     # A standby only keeps its cache; the holder reconciles everything when it takes over.
     if sandbox is not None and runtime.election.leading:
-        runtime.reconciler.reconcile(sandbox, "sandbox")
+        runtime.queue.add((sandbox.namespace, sandbox.name), "sandbox")
 
 
 @kopf.on.event("", "v1", "pods", labels={LABEL_SANDBOX: kopf.PRESENT})
-def sandbox_pod_changed(event: kopf.RawEvent, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+async def sandbox_pod_changed(
+    event: kopf.RawEvent, body: kopf.Body, memo: kopf.Memo, **_: Any
+) -> None:
     runtime: Runtime = memo["runtime"]
     metadata = body["metadata"]
     if event["type"] == "DELETED":
@@ -98,11 +108,13 @@ def sandbox_pod_changed(event: kopf.RawEvent, body: kopf.Body, memo: kopf.Memo, 
         return
     owner = runtime.cache.get(metadata["namespace"], metadata["labels"][LABEL_SANDBOX])
     if owner is not None and runtime.election.leading:
-        runtime.reconciler.reconcile(owner, "pod")
+        runtime.queue.add((owner.namespace, owner.name), "pod")
 
 
 @kopf.on.event("", "v1", "namespaces")
-def namespace_changed(event: kopf.RawEvent, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+async def namespace_changed(
+    event: kopf.RawEvent, body: kopf.Body, memo: kopf.Memo, **_: Any
+) -> None:
     runtime: Runtime = memo["runtime"]
     name = body["metadata"]["name"]
     if event["type"] == "DELETED":
@@ -114,7 +126,9 @@ def namespace_changed(event: kopf.RawEvent, body: kopf.Body, memo: kopf.Memo, **
 
 
 @kopf.on.event("node.k8s.io", "v1", "runtimeclasses")
-def runtime_class_changed(event: kopf.RawEvent, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+async def runtime_class_changed(
+    event: kopf.RawEvent, body: kopf.Body, memo: kopf.Memo, **_: Any
+) -> None:
     runtime: Runtime = memo["runtime"]
     name = body["metadata"]["name"]
     if event["type"] == "DELETED":
@@ -124,7 +138,7 @@ def runtime_class_changed(event: kopf.RawEvent, body: kopf.Body, memo: kopf.Memo
 
 
 @kopf.on.event("networking.k8s.io", "v1", "networkpolicies", labels={LABEL_MANAGED_BY: MANAGED_BY})
-def network_policy_changed(
+async def network_policy_changed(
     event: kopf.RawEvent, body: kopf.Body, memo: kopf.Memo, **_: Any
 ) -> None:
     runtime: Runtime = memo["runtime"]

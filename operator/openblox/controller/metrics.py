@@ -48,6 +48,10 @@ WRITES = Counter(
     ["outcome"],
 )
 RECONCILES = Counter("openblox_reconciles_total", "Reconciles run, by trigger.", ["trigger"])
+RECONCILE_QUEUE = Gauge(
+    "openblox_reconcile_queue",
+    "Sandboxes waiting for a reconcile that a watch event asked for (each counted once).",
+)
 
 _gauge_lock = threading.Lock()
 _gauge_labels: set[tuple[str, str]] = set()

@@ -7,10 +7,11 @@ import os
 import secrets
 import socket
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from openblox.controller import metrics
 from openblox.controller.deadlines import Deadlines
 from openblox.controller.election import Election
 from openblox.controller.events import EventRecorder
@@ -32,6 +33,7 @@ from openblox.controller.sandbox_pods import SandboxPods
 from openblox.controller.started_watch import StartedWatcher
 from openblox.controller.unprepared_nodes import UnpreparedNodes
 from openblox.controller.watched import Watched
+from openblox.controller.work_queue import Key, WorkQueue, work
 from openblox.models import Sandbox
 from openblox.names import KIND, LEADER_LEASE
 
@@ -40,6 +42,8 @@ log = logging.getLogger(__name__)
 # Sandboxes are not reconciled before the profiles are known: an early reconcile would
 # report ProfileNotFound for a profile that exists.
 PROFILES_LOAD_TIMEOUT_SECONDS = 30.0
+# Reconciles at once: each waits on the API server most of its time.
+RECONCILE_WORKERS = 16
 
 
 @dataclass
@@ -54,6 +58,8 @@ class Runtime:
     boundaries: PodBoundaries
     resyncs: Resyncs
     reconciler: Reconciler
+    queue: WorkQueue
+    reconcile_queued: Callable[[Key, str], None]
     reaper: Reaper
     profile_watcher: ProfileWatcher
     pools: PoolStore
@@ -157,19 +163,20 @@ class Runtime:
             on_takeover=take_over,
         )
 
+        queue = WorkQueue()
+        metrics.RECONCILE_QUEUE.set_function(lambda: len(queue))
+
+        def reconcile_queued(key: Key, trigger: str) -> None:
+            # A reconcile writes; a standby leaves it to the holder. The cache's copy is
+            # the newest: the event that queued the key may be older than the last write.
+            sandbox = cache.get(*key)
+            if sandbox is not None and election.leading:
+                reconciler.reconcile(sandbox, trigger)
+
         def probe_started(namespace: str, pod: str) -> None:
-            # A reconcile writes; a standby leaves it to the holder.
-            if not election.leading:
-                return
             owner = _controller_name(watched.pod(namespace, pod))
-            sandbox = cache.get(namespace, owner) if owner else None
-            if sandbox is None:
-                return
-            try:
-                reconciler.reconcile(sandbox, "started")
-            except Exception:
-                # Counted and requeued by the reconcile; said here, not lost in a future.
-                log.exception("reconcile of %s/%s failed", namespace, sandbox.name)
+            if owner and election.leading:
+                queue.add((namespace, owner), "started")
 
         started = StartedWatcher(kube, watched, on_started=probe_started)
         return cls(
@@ -180,6 +187,8 @@ class Runtime:
             boundaries=boundaries,
             resyncs=resyncs,
             reconciler=reconciler,
+            queue=queue,
+            reconcile_queued=reconcile_queued,
             reaper=reaper,
             profile_watcher=watcher,
             pools=pools,
@@ -201,6 +210,15 @@ class Runtime:
         )
         for name, target in loops:
             thread = threading.Thread(target=target, args=(self.stop,), name=name, daemon=True)
+            thread.start()
+            self.threads.append(thread)
+        for number in range(RECONCILE_WORKERS):
+            thread = threading.Thread(
+                target=work,
+                args=(self.queue, self.reconcile_queued, self.stop),
+                name=f"reconcile-{number}",
+                daemon=True,
+            )
             thread.start()
             self.threads.append(thread)
         self.profiles.wait_loaded(PROFILES_LOAD_TIMEOUT_SECONDS)
