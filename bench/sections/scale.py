@@ -139,6 +139,7 @@ class Sampler:
         self.roles = node_cpu.roles(kube)
         if not self.roles:
             raise RuntimeError("the scale section reads the embedded cluster's processes")
+        self.peak_rss = 0  # the Lease holder's, highest of every sample taken
 
     def restarts(self) -> tuple[int, str]:
         """Restarts of every operator replica together (the Lease may move with one), and
@@ -158,7 +159,9 @@ class Sampler:
         deadline = time.monotonic() + wait
         while True:
             try:
-                return self.operator.sample()
+                sample: dict[str, Any] = self.operator.sample()
+                self.peak_rss = max(self.peak_rss, int(sample["rss"]))
+                return sample
             except RuntimeError:
                 if time.monotonic() > deadline:
                     raise
@@ -531,6 +534,7 @@ def _expiry_wave(
             last, last_progress = gone, time.monotonic()
         if gone == len(keys) or time.monotonic() - last_progress > STALL_SECONDS:
             break
+        sampler.operator_sample()
         time.sleep(1)
     after = sampler.take()
     times = sorted(sandboxes.deleted[k] - started for k in keys if k in sandboxes.deleted)
@@ -548,6 +552,17 @@ def _expiry_wave(
             f"{_cpu_percent(before, after, node_cpu.LEADER)} of a core"
             if times
             else "none was deleted"
+        ),
+    )
+    section.figure(
+        "scale.operator_peak_rss_mib",
+        "operator RSS, the highest sample of the run (ramp, pools and expiry wave)",
+        "MiB",
+        value=round(sampler.peak_rss / MIB, 1),
+        headline=True,
+        notes=(
+            f"{after['operator_rss'] / MIB:.0f} MiB when the wave was over, with every "
+            "Sandbox gone; limit 256Mi"
         ),
     )
     if times and len(times) > 1:
