@@ -7,12 +7,15 @@ still reaped in that pass, and the bad one is tried again shortly.
 
 from __future__ import annotations
 
+import threading
+import time
 from datetime import datetime, timedelta
+from typing import Any
 
 import pytest
 
 from openblox.controller import metrics
-from openblox.controller.reaper import REAP_RETRY_SECONDS, Reaper
+from openblox.controller.reaper import REAP_AT_ONCE, REAP_RETRY_SECONDS, Reaper
 from openblox.lifetime.reaping import expiry_of
 from openblox.models import parse_sandbox
 from tests.unit.factories import CREATED, default_profile, make_sandbox, sandbox_body
@@ -117,3 +120,43 @@ def test_a_sandbox_whose_profile_is_gone_keeps_the_deadline_its_status_recorded(
     assert expiry_of(make_sandbox(profile="never-existed"), {}, at(0)) is None
     garbled = parse_sandbox(sandbox_body(profile="deleted", status={"expiresAt": "soon"}))
     assert expiry_of(garbled, {}, at(0)) is None
+
+
+class SlowDeletes(FakeKube):
+    """Each delete takes a while, and the most at once is counted."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._guard = threading.Lock()
+        self.in_flight = 0
+        self.most_at_once = 0
+
+    def delete(self, target: str, body: Any = None) -> dict[str, Any]:
+        with self._guard:
+            self.in_flight += 1
+            self.most_at_once = max(self.most_at_once, self.in_flight)
+        time.sleep(0.02)
+        with self._guard:
+            self.in_flight -= 1
+        return super().delete(target, body)
+
+
+def test_a_mass_expiry_is_reaped_several_at_once_but_no_more_than_the_bound() -> None:
+    kube = SlowDeletes()
+    reconciler, watched, cache = _operator(kube)
+    _watch_everything(watched)
+    moment = [at(1)]
+    reconciler._clock = lambda: moment[0]
+    names = [f"s{i:02d}" for i in range(40)]
+    for name in names:
+        body = sandbox_body(name=name, uid=_uid(name), spec={"maxAgeSeconds": 60})
+        kube.objects[f"{SANDBOXES}/{name}/status"] = body
+        sandbox = cache.upsert(body)
+        assert sandbox is not None
+        reconciler.reconcile(sandbox, "sandbox")
+    reaper = _reaper(kube, reconciler, cache, election=Holder(), clock=lambda: moment[0])
+    kube.take()
+    moment[0] = at(61)
+    assert reaper.reap_due() == len(names)
+    assert _deleted(kube.take()) == set(names)
+    assert 1 < kube.most_at_once <= REAP_AT_ONCE

@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 
 from openblox.controller import metrics
@@ -45,6 +46,10 @@ log = logging.getLogger(__name__)
 _REAPED_MEMORY = 4096
 # A Sandbox whose reaping failed (the API refused its delete, say) is tried again this soon.
 REAP_RETRY_SECONDS = 5.0
+# Expired Sandboxes reaped at once. Reaping one is four requests in turn (its Expired
+# Event, its denial, the Expired status, the delete): one at a time, 10,000 expiring
+# together took six minutes, and the last outlived its deadline by as much.
+REAP_AT_ONCE = 8
 
 
 class Reaper:
@@ -88,6 +93,8 @@ class Reaper:
         self._last_resync = self._clock().timestamp()
         self._last_gauge = 0.0
         self._reaped: dict[str, None] = {}
+        self._reaped_lock = threading.Lock()
+        self._reapers = ThreadPoolExecutor(REAP_AT_ONCE, thread_name_prefix="reap")
 
     def run(self, stop: threading.Event) -> None:
         while not stop.wait(self._interval):
@@ -134,12 +141,7 @@ class Reaper:
 
     def reap_once(self) -> int:
         """The sweep: every cached Sandbox past its deadline, armed or not."""
-        now = self._clock()
-        profiles = self._profiles.snapshot()
-        reaped = 0
-        for sandbox in self._cache.sandboxes():
-            reaped += self._reap_isolated(sandbox, profiles, now)
-        return reaped
+        return self._reap_each(self._cache.sandboxes(), self._profiles.snapshot(), self._clock())
 
     def reap_due(self) -> int:
         """The Sandboxes whose armed deadline has come; one whose deadline moved (activity
@@ -148,43 +150,62 @@ class Reaper:
         due = self._deadlines.pop_due(now)
         if not due:
             return 0
-        profiles = self._profiles.snapshot()
-        reaped = 0
-        for key in due:
-            sandbox = self._cache.get(*key)
-            if sandbox is not None:
-                reaped += self._reap_isolated(sandbox, profiles, now)
-        return reaped
+        sandboxes = [sandbox for key in due if (sandbox := self._cache.get(*key)) is not None]
+        return self._reap_each(sandboxes, self._profiles.snapshot(), now)
 
-    def _reap_isolated(
-        self, sandbox: Sandbox, profiles: Mapping[str, Profile], now: datetime
+    def _reap_each(
+        self, sandboxes: Iterable[Sandbox], profiles: Mapping[str, Profile], now: datetime
     ) -> int:
-        """Reap one Sandbox if its time is up, else arm it at its deadline. Whatever this
-        one Sandbox does to the arithmetic or the API (a stamp at the edge of the
-        calendar, a body too large to patch, a refused delete) costs this Sandbox alone:
-        it is logged, armed again shortly, and the pass goes on to the next. Only losing
-        the Lease ends the pass."""
-        key = (sandbox.namespace, sandbox.name)
+        """Reap those whose time is up, REAP_AT_ONCE at a time; arm the others at their
+        deadline. Whatever one Sandbox does to the arithmetic or the API (a stamp at the
+        edge of the calendar, a body too large to patch, a refused delete) costs this
+        Sandbox alone: it is logged, armed again shortly, and the others go on. Only
+        losing the Lease ends the pass."""
+        expired = [
+            (sandbox, expiry)
+            for sandbox in sandboxes
+            if (expiry := self._expired_or_armed(sandbox, profiles, now)) is not None
+        ]
+        if len(expired) <= 1:
+            return sum(self._reap_isolated(sandbox, expiry, now) for sandbox, expiry in expired)
+        return sum(
+            self._reapers.map(lambda pair: self._reap_isolated(pair[0], pair[1], now), expired)
+        )
+
+    def _expired_or_armed(
+        self, sandbox: Sandbox, profiles: Mapping[str, Profile], now: datetime
+    ) -> Expiry | None:
+        """Its expiry if its time is up; else None, with its deadline armed."""
         try:
             expiry = expiry_of(sandbox, profiles, now)
-            if expiry is None:
-                return 0
-            if not expiry.expired:
-                self._deadlines.arm(key, expiry.expires_at)
-                return 0
+            if expiry is not None and not expiry.expired:
+                self._deadlines.arm((sandbox.namespace, sandbox.name), expiry.expires_at)
+                return None
+            return expiry
+        except Exception:
+            self._failed(sandbox, now)
+            return None
+
+    def _reap_isolated(self, sandbox: Sandbox, expiry: Expiry, now: datetime) -> int:
+        try:
             return self._reap(sandbox, expiry)
         except NotLeader:
             raise
         except Exception:
-            metrics.REAP_ERRORS.inc()
-            log.exception(
-                "reaping %s/%s failed; trying it again in %.0f s",
-                sandbox.namespace,
-                sandbox.name,
-                REAP_RETRY_SECONDS,
-            )
-            self._deadlines.arm(key, now + timedelta(seconds=REAP_RETRY_SECONDS))
+            self._failed(sandbox, now)
             return 0
+
+    def _failed(self, sandbox: Sandbox, now: datetime) -> None:
+        metrics.REAP_ERRORS.inc()
+        log.exception(
+            "reaping %s/%s failed; trying it again in %.0f s",
+            sandbox.namespace,
+            sandbox.name,
+            REAP_RETRY_SECONDS,
+        )
+        self._deadlines.arm(
+            (sandbox.namespace, sandbox.name), now + timedelta(seconds=REAP_RETRY_SECONDS)
+        )
 
     def _maybe_sweep(self) -> None:
         now = self._clock().timestamp()
@@ -194,8 +215,9 @@ class Reaper:
                 log.warning("the sweep reaped Sandboxes no armed deadline had caught")
 
     def _reap(self, sandbox: Sandbox, expiry: Expiry) -> int:
-        if sandbox.uid in self._reaped:
-            return 0
+        with self._reaped_lock:
+            if sandbox.uid in self._reaped:
+                return 0
         because = "idle timeout" if expiry.reason == "Idle" else "maximum age"
         message = (
             f"sandbox reached its {because} at {format_timestamp(expiry.expires_at)}; deleting it"
@@ -227,9 +249,10 @@ class Reaper:
             if not (is_not_found(error) or is_conflict(error)):
                 raise
             return 0
-        self._reaped[sandbox.uid] = None
-        while len(self._reaped) > _REAPED_MEMORY:
-            del self._reaped[next(iter(self._reaped))]
+        with self._reaped_lock:
+            self._reaped[sandbox.uid] = None
+            while len(self._reaped) > _REAPED_MEMORY:
+                del self._reaped[next(iter(self._reaped))]
         metrics.REAPED.labels(expiry.reason).inc()
         log.info("reaped %s/%s (%s)", sandbox.namespace, sandbox.name, expiry.reason)
         return 1
