@@ -44,20 +44,27 @@ def _holder_rss_mib(kube: Kube) -> float:
     return value / 2**20
 
 
-def _restarts(kube: Kube) -> dict[str, int]:
-    """Each operator replica's restarts, by pod name (a replica of a rollout that is
-    still ending comes and goes; only a pod seen twice can have restarted between)."""
-    out = kube.kubectl(
+def _operator_pods(kube: Kube, jsonpath: str, *selectors: str) -> str:
+    return kube.kubectl(
         "get",
         "pods",
         "-n",
         "openblox-system",
         "-l",
         "app.kubernetes.io/name=openblox-operator",
+        *selectors,
         "-o",
-        "jsonpath={range .items[*]}{.metadata.name} "
-        "{.status.containerStatuses[0].restartCount}{'\\n'}{end}",
+        f"jsonpath={jsonpath}",
     ).stdout
+
+
+def _restarts(kube: Kube) -> dict[str, int]:
+    """Each operator replica's restarts, by pod name (a replica of a rollout that is
+    still ending comes and goes; only a pod seen twice can have restarted between)."""
+    out = _operator_pods(
+        kube,
+        "{range .items[*]}{.metadata.name} {.status.containerStatuses[0].restartCount}{'\\n'}{end}",
+    )
     return {name: int(count) for name, count in (line.split() for line in out.splitlines())}
 
 
@@ -75,17 +82,9 @@ def _fresh_operator(kube: Kube) -> None:
         timeout=200,
     )
     names = set(
-        kube.kubectl(
-            "get",
-            "pods",
-            "-n",
-            "openblox-system",
-            "-l",
-            "app.kubernetes.io/name=openblox-operator",
-            "--field-selector=status.phase=Running",
-            "-o",
-            "jsonpath={.items[*].metadata.name}",
-        ).stdout.split()
+        _operator_pods(
+            kube, "{.items[*].metadata.name}", "--field-selector=status.phase=Running"
+        ).split()
     )
 
     def new_holder() -> bool:

@@ -39,7 +39,7 @@ def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
     # caches go cold. Every replica watches; the Lease (`Election`) decides who writes.
     settings.posting.enabled = False
     settings.watching.server_timeout = 300
-    # Memory stays bounded by what the caches keep, not by a burst (docs/scale.md): the
+    # Memory follows what the caches keep more than the size of a burst (ADR 0022): the
     # first listing comes in pages, not as one body of every sandbox pod; and the
     # library's per-object worker, which holds its last event's whole body, goes after
     # half a second without events instead of five. The handlers below are coroutines
