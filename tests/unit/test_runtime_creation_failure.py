@@ -103,3 +103,21 @@ def test_a_running_pod_settles_the_wait() -> None:
     )
     assert len(requeue) == 0
     assert kube.take() == []
+
+
+def test_a_node_no_pod_asks_about_again_is_forgotten() -> None:
+    kube, requeue, clock = FakeKube(), Requeue(), [0.0]
+    for name in ("n1", "n2", "n3"):
+        kube.objects[f"/api/v1/nodes/{name}"] = {**_node(["runsc"]), "metadata": {"name": name}}
+    checks = _checks(kube, clock)
+    for name in ("n1", "n2", "n3"):
+        checks.creation_failure(requeue, KEY, _pod(name), default_profile(), NOW)
+    assert checks.nodes_remembered == 3
+
+    clock[0] = 30.0  # within the TTL: nothing is read, nothing forgotten
+    checks.creation_failure(requeue, KEY, _pod("n1"), default_profile(), NOW)
+    assert checks.nodes_remembered == 3
+
+    clock[0] = 61.0  # n2 and n3 (removed by an autoscaler, say) are never asked about again
+    checks.creation_failure(requeue, KEY, _pod("n1"), default_profile(), NOW)
+    assert checks.nodes_remembered == 1

@@ -52,6 +52,7 @@ class RuntimeChecks:
         self._clock = clock
         # Node name -> (when read, the runtime handlers it reports; None: it reports none).
         self._node_handlers: dict[str, tuple[float, frozenset[str] | None]] = {}
+        self._swept = clock()
 
     def problem(self, profile: Profile) -> str | None:
         """Why this profile's pods cannot run here (None: they can)."""
@@ -112,6 +113,7 @@ class RuntimeChecks:
         """The runtime handlers the node reports, read again after NODE_TTL_SECONDS."""
         read = self._node_handlers.get(node)
         if read is None or self._clock() - read[0] > NODE_TTL_SECONDS:
+            self._forget_stale_nodes()
             try:
                 body = self._kube.get(path(plural="nodes", name=node))
             except Exception as error:
@@ -127,6 +129,22 @@ class RuntimeChecks:
             read = (self._clock(), names)
             self._node_handlers[node] = read
         return read[1]
+
+    @property
+    def nodes_remembered(self) -> int:
+        return len(self._node_handlers)
+
+    def _forget_stale_nodes(self) -> None:
+        """Drop what nodes reported longer ago than NODE_TTL_SECONDS, at most once per
+        that time: nodes come and go (autoscaling, replaced machines), and one no pod
+        asks about again would otherwise be remembered for the operator's whole life."""
+        now = self._clock()
+        if now - self._swept <= NODE_TTL_SECONDS:
+            return
+        self._swept = now
+        for name, (when, _) in list(self._node_handlers.items()):
+            if now - when > NODE_TTL_SECONDS:
+                del self._node_handlers[name]
 
 
 def sandbox_creation_failure(
