@@ -97,8 +97,35 @@ def wait_reason(
         body = get_sandbox(kube, name, namespace)
         return body if body and ready_condition(body).get("reason") == reason else None
 
-    result: dict[str, Any] = wait_for(f"sandbox {namespace}/{name} reason {reason}", probe, timeout)
+    try:
+        result: dict[str, Any] = wait_for(
+            f"sandbox {namespace}/{name} reason {reason}", probe, timeout
+        )
+    except AssertionError as error:
+        raise AssertionError(f"{error}; {_what_it_says(kube, name, namespace)}") from None
     return result
+
+
+def _what_it_says(kube: Kube, name: str, namespace: str) -> str:
+    """The Sandbox's Ready condition and its pods' placement and state, for a failure."""
+    body = get_sandbox(kube, name, namespace)
+    if body is None:
+        return "the Sandbox is gone"
+    condition = ready_condition(body)
+    pods = [
+        {
+            "name": p["metadata"]["name"],
+            "node": p["spec"].get("nodeName"),
+            "phase": (p.get("status") or {}).get("phase"),
+            "conditions": [
+                (c.get("type"), c.get("status"), c.get("reason"), c.get("message"))
+                for c in (p.get("status") or {}).get("conditions") or []
+            ],
+        }
+        for p in sandbox_pods(kube, namespace)
+        if p["metadata"].get("labels", {}).get("openblox.sh/sandbox") == name
+    ]
+    return f"it says {condition.get('reason')!r}: {condition.get('message')!r}; its pods: {pods}"
 
 
 def sandbox_pods(kube: Kube, namespace: str) -> list[dict[str, Any]]:
