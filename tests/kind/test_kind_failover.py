@@ -260,3 +260,59 @@ def test_losing_the_lease_holders_node_hands_over_and_replaces_its_sandbox(
         "rollout", "status", "deployment/openblox-operator", "-n", SYSTEM, "--timeout=300s"
     )
     _two_replicas_one_holder(kube)
+
+
+def _containerd_answers(node: str) -> bool:
+    active = docker("exec", node, "systemctl", "is-active", "containerd", check=False)
+    info = docker("exec", node, "crictl", "info", check=False)
+    return active.stdout.strip() == "active" and info.returncode == 0
+
+
+def test_containerd_restarted_under_a_running_sandbox_comes_back_and_the_sandbox_keeps_its_files(
+    kind_operator: Kube,
+) -> None:
+    """containerd restarts (an upgrade, a crash) while sandboxes run: its shims outlive it,
+    so a sandbox keeps its processes and /workspace, and the node takes new pods again.
+    The chaos bench found the node's containerd never came back here: a step run before
+    each start failed once the mounts it removes were already gone."""
+    kube = kind_operator
+    worker, plane = gvisor_worker(kube), control_plane(kube)
+    plain = [
+        n["metadata"]["name"] for n in nodes(kube) if n["metadata"]["name"] not in (worker, plane)
+    ]
+    _room_on(kube, worker, 2)
+    with opted_in_namespace(kube, "kind-containerd") as namespace:
+        pod = _ready_on(kube, "through-restart", namespace, worker, plane, *plain)
+        wrote = _openblox(
+            kube, namespace, "exec", "through-restart", "--", "python3", "-c",
+            "open('/workspace/kept', 'w').write('kept')",
+        )  # fmt: skip
+        assert wrote.returncode == 0, wrote.stderr
+
+        restart = docker("exec", worker, "systemctl", "restart", "containerd", check=False)
+        try:
+            wait_for(
+                f"containerd on {worker} to answer again",
+                lambda: _containerd_answers(worker),
+                60,
+                1,
+            )
+        except AssertionError as error:
+            journal = docker(
+                "exec", worker, "journalctl", "-u", "containerd", "--no-pager", "-n", "15",
+                check=False,
+            ).stdout  # fmt: skip
+            raise AssertionError(
+                f"{error}; `systemctl restart` exited {restart.returncode} "
+                f"({restart.stderr.strip()}); containerd's journal ends:\n{journal}"
+            ) from None
+
+        read = _openblox(
+            kube, namespace, "exec", "through-restart", "--", "python3", "-c",
+            "print(open('/workspace/kept').read())",
+        )  # fmt: skip
+        assert read.returncode == 0 and read.stdout.strip() == "kept", (read.stdout, read.stderr)
+        [live] = _live_pods_of(kube, namespace, "through-restart")
+        assert live["metadata"]["uid"] == pod["metadata"]["uid"], "the pod was replaced"
+        # The node takes new pods again: a second Sandbox starts there.
+        _ready_on(kube, "after-restart", namespace, worker, plane, *plain)
