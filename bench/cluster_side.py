@@ -108,11 +108,13 @@ class Kube(Api):
     """Raw JSON access to the API server, shared by every thread of the run (one keep-alive
     connection per thread); a refusal raises the transport's typed error."""
 
-    def __init__(self, kubeconfig: str = env.KUBECONFIG) -> None:
+    def __init__(
+        self, kubeconfig: str = env.KUBECONFIG, *, request_timeout: float = REQUEST_TIMEOUT_SECONDS
+    ) -> None:
         super().__init__(
             Session.discover(kubeconfig),
             user_agent="openblox-bench",
-            request_timeout=REQUEST_TIMEOUT_SECONDS,
+            request_timeout=request_timeout,
         )
         self.kubeconfig = kubeconfig
 

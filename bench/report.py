@@ -257,6 +257,17 @@ def draw_plots(run: Run, out: Path) -> str | None:
                 ys = [p[1] for p in points]
                 style = spec.get("styles", {}).get(label, "o-")
                 axis.plot(xs, ys, style, label=label, markersize=3 if "." in style else 5)
+            for at, label in spec.get("marks", []):
+                axis.axvline(at, color="grey", linestyle="--", linewidth=0.8)
+                axis.annotate(
+                    label,
+                    (at, 1),
+                    xycoords=("data", "axes fraction"),
+                    rotation=90,
+                    va="top",
+                    ha="right",
+                    fontsize=7,
+                )
             axis.set_xlabel(spec.get("xlabel", ""))
             axis.set_ylabel(spec.get("ylabel", ""))
             axis.set_title(spec.get("title", key), fontsize=10)

@@ -20,6 +20,7 @@ from bench.results import Run, Section, machine_line
 from bench.sections import (
     async_client,
     async_exec,
+    chaos,
     client_library,
     cluster_up,
     create,
@@ -57,11 +58,12 @@ SECTIONS: dict[str, ModuleType] = {
     "cluster-up": cluster_up,
     "kind": kind,
     "scale": scale,
+    "chaos": chaos,
 }
 # Run only when asked for by name: cluster-up restarts the cluster everyone else is
 # using, kind builds a cluster of its own, and scale fills the API server with 10,000
-# Sandboxes for up to 25 minutes.
-EXPLICIT_ONLY = {"cluster-up", "kind", "scale"}
+# Sandboxes for up to 25 minutes, and chaos breaks the kind cluster's parts on purpose.
+EXPLICIT_ONLY = {"cluster-up", "kind", "scale", "chaos"}
 
 
 @dataclass

@@ -40,3 +40,20 @@ def test_a_missing_plots_note_goes_once_plots_are_drawn(tmp_path: Path) -> None:
     report.write(run, tmp_path, plots=True)  # matplotlib is a bench extra, installed here
     assert run.notes == ["kept"]
     assert (tmp_path / "results.md").exists()
+
+
+def test_a_series_with_marks_is_drawn_with_them(tmp_path: Path) -> None:
+    drawn = {}
+    for name, marks in (("plain", []), ("marked", [[1.5, "etcd"]])):
+        run = _run()
+        section = run.sections["memory"]
+        section.series["latency"] = {
+            "title": "claims",
+            "lines": {"warm": [[1.0, 300.0], [2.0, 320.0]]},
+            "marks": marks,
+        }
+        report.write(run, tmp_path / name, plots=True)
+        assert section.plots == ["memory-latency.png"]
+        drawn[name] = (tmp_path / name / "memory-latency.png").read_bytes()
+
+    assert drawn["plain"] != drawn["marked"]
