@@ -39,6 +39,7 @@ NODE_AGENT_CONTAINER = "agent"
 # back before it is called NotReady, so its pods live on and only what touched it waits.
 FREEZE_SECONDS = 30.0
 CHECK_SECONDS = 15.0
+PAUSE_ATTEMPTS = 5
 
 
 @dataclass(frozen=True)
@@ -157,9 +158,23 @@ def _containerd(kube: Kube) -> Callable[[], bool]:
     return check
 
 
+def _pause(node: str) -> None:
+    """`docker pause`, tried again a few times: the cgroup v1 freezer gives up ("unable to
+    freeze") when a process in the node is busy in the kernel at that moment."""
+    for _ in range(PAUSE_ATTEMPTS - 1):
+        if docker("pause", node, check=False).returncode == 0:
+            return
+        time.sleep(2.0)
+    refused = docker("pause", node, check=False)
+    if refused.returncode != 0:
+        raise RuntimeError(
+            f"docker pause {node} failed {PAUSE_ATTEMPTS} times: {refused.stderr.strip()}"
+        )
+
+
 def _freeze(kube: Kube) -> Callable[[], bool]:
     worker = gvisor_worker(kube)
-    docker("pause", worker)
+    _pause(worker)
     try:
         time.sleep(FREEZE_SECONDS)
     finally:

@@ -54,7 +54,11 @@ def _counts(section: Section, load: Any, faults: list[Fault], unfinished: list[s
         ("lost", "files gone or different while their pod lived", load.lost),
         ("handed_twice", "pods handed to more than one Sandbox", load.ledger.handed_twice()),
         ("undeleted", "Sandboxes the traffic could not delete within 90 s", load.undeleted),
-        ("unexplained_errors", "failures no typed error explains", [a.reason for a in unexplained]),
+        (
+            "unexplained_errors",
+            "failures no typed error explains",
+            [f"{a.kind} at {a.started:.0f} s: {a.reason}" for a in unexplained],
+        ),
         ("unfinished", "calls still running when the section stopped waiting", unfinished),
     ):
         section.figure(f"chaos.{key}", title, "count", value=len(found), which=found[:20])
