@@ -134,6 +134,39 @@ def sandboxes_path(namespace: str) -> str:
     return f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/{PLURAL}"
 
 
+# --------------------------------------------------------------------------- pools
+
+POOLS_PATH = f"/api/v1/namespaces/{env.OPERATOR_NAMESPACE}/configmaps/openblox-pools"
+
+
+def set_pool(kube: Kube, key: str, profile: str, namespace: str, size: int | None) -> None:
+    """Pool `key` of `profile` in `namespace` at `size` pods; None removes the pool."""
+    value = (
+        None if size is None else f"profile: {profile}\nnamespaces: [{namespace}]\nsize: {size}\n"
+    )
+    kube.request(
+        "PATCH",
+        POOLS_PATH,
+        {"data": {key: value}},
+        content_type="application/merge-patch+json",
+    )
+
+
+def warm_pool_pods(kube: Kube, namespace: str, key: str) -> int:
+    """Pods of pool `key` that can be handed out now: Ready, probed behind gVisor, staying."""
+    pods = kube.get(pods_path(namespace), labelSelector=f"openblox.sh/pool={key}")["items"]
+    return sum(
+        1
+        for p in pods
+        if (p["metadata"].get("annotations") or {}).get("openblox.sh/boundary") == "gvisor"
+        and not p["metadata"].get("deletionTimestamp")
+        and any(
+            c["type"] == "Ready" and c["status"] == "True"
+            for c in (p.get("status") or {}).get("conditions") or []
+        )
+    )
+
+
 # --------------------------------------------------------------------------- namespaces
 
 

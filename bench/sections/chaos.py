@@ -18,13 +18,13 @@ from typing import Any
 
 from bench import chaos_report, env
 from bench.chaos_audit import Auditor
+from bench.chaos_load import PROFILE
 from bench.chaos_records import Fault, leaked_pool_pods, orphans, stuck
-from bench.cluster_side import Kube, delete_namespace, make_namespace, pods_path
+from bench.cluster_side import Kube, delete_namespace, make_namespace, set_pool, warm_pool_pods
 from bench.results import Section
 
 TITLES = {"chaos": "Under fire on kind: claims, execs and files through a schedule of faults"}
 KIND_KUBECONFIG = "/var/lib/openblox/kind/openblox.kubeconfig"
-POOLS_PATH = f"/api/v1/namespaces/{env.OPERATOR_NAMESPACE}/configmaps/openblox-pools"
 POOL_KEY = "chaos"
 POOL_SIZE = 4
 RATE = 1.0
@@ -35,34 +35,6 @@ HEAL_BOUND_SECONDS = 120.0
 STOP_PATIENCE_SECONDS = 240.0
 SETTLE_SECONDS = 150.0
 CLEANUP_SECONDS = 60.0
-
-
-def _pool(kube: Kube, namespace: str | None) -> None:
-    value = (
-        None
-        if namespace is None
-        else f"profile: code-exec\nnamespaces: [{namespace}]\nsize: {POOL_SIZE}\n"
-    )
-    kube.request(
-        "PATCH",
-        POOLS_PATH,
-        {"data": {POOL_KEY: value}},
-        content_type="application/merge-patch+json",
-    )
-
-
-def _warm(kube: Kube, namespace: str) -> int:
-    pods = kube.get(pods_path(namespace), labelSelector=f"openblox.sh/pool={POOL_KEY}")["items"]
-    return sum(
-        1
-        for p in pods
-        if (p["metadata"].get("annotations") or {}).get("openblox.sh/boundary")
-        and not p["metadata"].get("deletionTimestamp")
-        and any(
-            c["type"] == "Ready" and c["status"] == "True"
-            for c in (p.get("status") or {}).get("conditions") or []
-        )
-    )
 
 
 def _wait(what: str, check: Any, seconds: float) -> float:
@@ -87,9 +59,13 @@ def _prepare(ctx: Any, kube: Kube) -> dict[str, str]:
     for name in namespaces.values():
         make_namespace(kube, name, sandboxes=True)
         ctx.cleanup(delete_namespace, kube, name)
-    _pool(kube, namespaces["pool"])
-    ctx.cleanup(_pool, kube, None)
-    warmed = _wait("the pool warm", lambda: _warm(kube, namespaces["pool"]) >= POOL_SIZE, 300)
+    set_pool(kube, POOL_KEY, PROFILE, namespaces["pool"], POOL_SIZE)
+    ctx.cleanup(set_pool, kube, POOL_KEY, PROFILE, namespaces["pool"], None)
+    warmed = _wait(
+        "the pool warm",
+        lambda: warm_pool_pods(kube, namespaces["pool"], POOL_KEY) >= POOL_SIZE,
+        300,
+    )
     ctx.log(f"chaos: pool of {POOL_SIZE} warm in {warmed:.0f} s")
     return namespaces
 

@@ -33,7 +33,9 @@ from bench.cluster_side import (
     delete_namespace,
     make_namespace,
     node_capacity,
+    set_pool,
     use_bench_profiles,
+    warm_pool_pods,
 )
 from bench.results import Section
 from bench.sections import pool_runs, pool_sustained
@@ -46,7 +48,6 @@ from openblox.transport import ApiError
 TITLES = {
     "pool": "Warm pool: claim create→Ready (burst; 1, 2, 5/s sustained) vs cold create and Docker"
 }
-POOLS_PATH = f"/api/v1/namespaces/{env.OPERATOR_NAMESPACE}/configmaps/openblox-pools"
 READY_TIMEOUT = 180.0
 POOL_KEY = "bench-pool"
 # bench-pool pods request 25m + the 5m gVisor overhead.
@@ -58,33 +59,11 @@ PACER = RefillPacer()
 
 
 def _set_pool(kube: Kube, namespace: str, size: int | None) -> None:
-    value = (
-        None
-        if size is None
-        else f"profile: {POOL_PROFILE}\nnamespaces: [{namespace}]\nsize: {size}\n"
-    )
-    kube.request(
-        "PATCH",
-        POOLS_PATH,
-        {"data": {POOL_KEY: value}},
-        content_type="application/merge-patch+json",
-    )
+    set_pool(kube, POOL_KEY, POOL_PROFILE, namespace, size)
 
 
 def _warm_pods(kube: Kube, namespace: str) -> int:
-    pods = kube.get(
-        f"/api/v1/namespaces/{namespace}/pods", labelSelector=f"openblox.sh/pool={POOL_KEY}"
-    )["items"]
-    return sum(
-        1
-        for p in pods
-        if (p["metadata"].get("annotations") or {}).get("openblox.sh/boundary") == "gvisor"
-        and not p["metadata"].get("deletionTimestamp")
-        and any(
-            c["type"] == "Ready" and c["status"] == "True"
-            for c in (p.get("status") or {}).get("conditions") or []
-        )
-    )
+    return warm_pool_pods(kube, namespace, POOL_KEY)
 
 
 def _wait_warm(kube: Kube, namespace: str, count: int, timeout: float = 300) -> float:
