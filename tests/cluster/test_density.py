@@ -77,6 +77,24 @@ def _ready(kube: Kube, namespace: str) -> set[str]:
     }
 
 
+def _not_ready(kube: Kube, namespace: str) -> str:
+    """What each Sandbox not Ready says, and where its pod is, for a failure."""
+    listing = json.loads(kube.kubectl("get", "sandboxes", "-n", namespace, "-o", "json").stdout)
+    pods = {p["metadata"]["name"]: p for p in sandbox_pods(kube, namespace)}
+    said = []
+    for item in listing["items"]:
+        condition = ready_condition(item)
+        if condition.get("status") == "True":
+            continue
+        pod = pods.get(str((item.get("status") or {}).get("podName") or ""), {})
+        said.append(
+            f"{item['metadata']['name']}: {condition.get('reason')!r} {condition.get('message')!r}"
+            f" (pod on {pod.get('spec', {}).get('nodeName')!r},"
+            f" {pod.get('status', {}).get('phase')!r})"
+        )
+    return "not Ready: " + "; ".join(said)
+
+
 def test_twenty_idle_code_exec_sandboxes_are_ready_on_one_node(
     operator: Kube, sandboxes_ns: str
 ) -> None:
@@ -88,12 +106,16 @@ def test_twenty_idle_code_exec_sandboxes_are_ready_on_one_node(
     manifest = "\n---\n".join(json.dumps(sandbox(name, sandboxes_ns)) for name in names)
     operator.kubectl("apply", "-f", "-", stdin=manifest)
     try:
-        wait_for(
-            f"{IDLE_SANDBOXES} Ready code-exec Sandboxes",
-            lambda: _ready(operator, sandboxes_ns) >= set(names),
-            timeout=600,
-            every=3,
-        )
+        try:
+            # Within the suite's per-test timeout, so a failure can still say why.
+            wait_for(
+                f"{IDLE_SANDBOXES} Ready code-exec Sandboxes",
+                lambda: _ready(operator, sandboxes_ns) >= set(names),
+                timeout=480,
+                every=3,
+            )
+        except AssertionError as error:
+            raise AssertionError(f"{error}; {_not_ready(operator, sandboxes_ns)}") from None
         pods = sandbox_pods(operator, sandboxes_ns)
         assert sorted(p["metadata"]["labels"]["openblox.sh/sandbox"] for p in pods) == names
         assert len({p["spec"]["nodeName"] for p in pods}) == 1
