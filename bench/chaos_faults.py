@@ -15,7 +15,6 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 from bench import env
 
@@ -25,13 +24,17 @@ env.use_test_helpers()
 
 from tests.cluster.kubectl import Kube  # noqa: E402
 from tests.cluster.test_operator_failover import (  # noqa: E402
-    SELECTOR,
     SYSTEM,
     _holder,
     _running_replicas,
 )
 from tests.kind.conftest import docker  # noqa: E402
-from tests.kind.failover import control_plane, gvisor_worker, node_ready  # noqa: E402
+from tests.kind.failover import (  # noqa: E402
+    control_plane,
+    gvisor_worker,
+    node_ready,
+    replica_nodes,
+)
 
 NODE_AGENT_NAMESPACE = "openblox-node"
 NODE_AGENT_CONTAINER = "agent"
@@ -91,19 +94,13 @@ def _container_ready_again(
     return check
 
 
-def _replica_nodes(kube: Kube) -> dict[str, str]:
-    pods = json.loads(
-        kube.kubectl("get", "pods", "-n", SYSTEM, "-l", SELECTOR, "-o", "json").stdout
-    )["items"]
-    return {p["metadata"]["name"]: p["spec"].get("nodeName", "") for p in pods}
-
-
 def _lease_holder(kube: Kube) -> Callable[[], bool]:
     pod, identity = _holder(kube)
     if not pod:
         raise RuntimeError("nobody holds the operator's Lease")
     before = _restarts(kube, SYSTEM, pod, "operator")
-    _sigkill(_replica_nodes(kube)[pod], _container(_replica_nodes(kube)[pod], "operator", pod))
+    node = replica_nodes(kube)[pod]
+    _sigkill(node, _container(node, "operator", pod))
 
     def check() -> bool:
         now_pod, now_identity = _holder(kube)
@@ -125,7 +122,7 @@ def _standby(kube: Kube) -> Callable[[], bool]:
         raise RuntimeError(f"no standby replica beside {holder}")
     pod = standbys[0]
     before = _restarts(kube, SYSTEM, pod, "operator")
-    node = _replica_nodes(kube)[pod]
+    node = replica_nodes(kube)[pod]
     _sigkill(node, _container(node, "operator", pod))
     return _container_ready_again(kube, SYSTEM, pod, "operator", before)
 
@@ -263,7 +260,3 @@ def wait_healthy(check: Callable[[], bool], seconds: float) -> float | None:
             return time.monotonic() - started
         time.sleep(1.0)
     return None
-
-
-def describe(kind: FaultKind) -> dict[str, Any]:
-    return {"name": kind.name, "title": kind.title}
