@@ -32,7 +32,12 @@ from openblox.controller.runtime_checks import RuntimeChecks
 from openblox.controller.sandbox_cache import SandboxCache
 from openblox.controller.sandbox_pods import SandboxPods
 from openblox.controller.unprepared_nodes import UnpreparedNodes
-from openblox.controller.watched import NEGATIVE_TTL_SECONDS, Watched, slim_pod
+from openblox.controller.watched import (
+    GONE_MEMORY_SECONDS,
+    NEGATIVE_TTL_SECONDS,
+    Watched,
+    slim_pod,
+)
 from openblox.models import Sandbox, parse_sandbox
 from tests.unit.factories import DEFAULT_PROFILE_YAML, SANDBOX_UID, sandbox_body
 
@@ -742,3 +747,90 @@ def test_a_pod_stays_sealed_until_its_boundary_record_lands(
     assert probed == [name]
     assert ("PATCH", pod_path) in kube.take()
     assert _ready(cache) == ("True", "Ready")
+
+
+def test_a_pod_event_that_comes_before_the_create_answer_is_kept() -> None:
+    """The pod watch can deliver the scheduler's verdict on a new pod before the answer to
+    the create is stored: the older answer must not hide it. It did, once, on kind: the
+    Sandbox said `PodPending` for good while its pod was Unschedulable."""
+    kube, reconciler, watched, cache = _watched_operator()
+    sandbox = _cached(cache)
+    pods = "/api/v1/namespaces/team-a/pods"
+    answer = kube.post
+
+    def create_overtaken_by_the_watch(target: str, body: Any) -> dict[str, Any]:
+        created = answer(target, body)
+        created["metadata"]["resourceVersion"] = "5"
+        if target == pods:
+            unschedulable = {
+                "type": "PodScheduled",
+                "status": "False",
+                "reason": "Unschedulable",
+                "message": "0/3 nodes are available: 1 node(s) didn't match Pod's node "
+                "affinity/selector, 2 node(s) were unschedulable.",
+            }
+            watched.pod_seen(
+                {
+                    **created,
+                    "metadata": {**created["metadata"], "resourceVersion": "6"},
+                    "status": {"phase": "Pending", "conditions": [unschedulable]},
+                }
+            )
+        return created
+
+    kube.post = create_overtaken_by_the_watch  # type: ignore[method-assign]
+    reconciler.reconcile(sandbox, "sandbox")
+    kept = watched.pod("team-a", pod_name(sandbox))
+    assert kept is not None and kept["metadata"]["resourceVersion"] == "6"
+    # The event's own reconcile, which the work queue runs once the first is done.
+    again = cache.get("team-a", "demo")
+    assert again is not None
+    reconciler.reconcile(again, "pod")
+    assert _ready(cache) == ("False", "RuntimeUnavailable")
+
+
+def test_an_answer_that_comes_back_after_the_pod_was_deleted_does_not_bring_it_back() -> None:
+    now = [0.0]
+    watched = Watched(clock=lambda: now[0])
+    pod = {"metadata": {"name": "p", "namespace": "n", "uid": "u", "resourceVersion": "7"}}
+    watched.pod_seen(pod)
+    watched.pod_gone("n", "p", "u")
+    watched.pod_seen(pod)  # say, the answer to the boundary annotation's patch
+    assert watched.pod("n", "p") is None
+    # A new pod of the same name is another object.
+    watched.pod_seen({"metadata": {**pod["metadata"], "uid": "v", "resourceVersion": "9"}})
+    assert watched.pod("n", "p") is not None
+
+
+def test_deleted_pods_are_remembered_for_a_while_only() -> None:
+    now = [0.0]
+    watched = Watched(clock=lambda: now[0])
+    watched.pod_gone("n", "a", "uid-a")
+    now[0] = GONE_MEMORY_SECONDS + 1
+    watched.pod_gone("n", "b", "uid-b")  # forgets uid-a as it remembers uid-b
+    assert list(watched._gone) == ["uid-b"]
+
+
+def test_of_two_copies_of_a_sandbox_the_cache_keeps_the_later() -> None:
+    cache = SandboxCache()
+
+    def copy(version: str, **spec: Any) -> Sandbox:
+        body = sandbox_body(spec=spec or None)
+        body["metadata"]["resourceVersion"] = version
+        return parse_sandbox(body)
+
+    cache.upsert(copy("10"))
+    # A caller's edit comes in by the watch before our status patch's answer is stored.
+    cache.upsert(copy("12", profile="code-exec", maxAgeSeconds=60))
+    cache.refresh(copy("11"))
+    kept = cache.get("team-a", "demo")
+    assert kept is not None and kept.spec.max_age_seconds == 60
+    # An event of an earlier write, delivered late, changes nothing either; the handler
+    # is given the copy kept.
+    assert cache.upsert(copy("9")) is kept
+    # Versions that are not comparable (a server before Kubernetes 1.35 could send any
+    # string) are taken in the order they come, as before.
+    cache.upsert(copy("a1"))
+    cache.refresh(copy("a0"))
+    last = cache.get("team-a", "demo")
+    assert last is not None and last.resource_version == "a0"

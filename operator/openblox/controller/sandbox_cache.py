@@ -14,6 +14,7 @@ from types import MappingProxyType
 from typing import Any
 
 from openblox.models import Sandbox, SandboxError, parse_sandbox
+from openblox.models.resource_version import is_older
 from openblox.names import ANNOTATION_LAST_ACTIVITY
 
 # The longest activity stamp worth keeping: RFC 3339 with nanoseconds and an offset is 35
@@ -33,6 +34,13 @@ def slim_sandbox(sandbox: Sandbox) -> Sandbox:
     return replace(sandbox, labels=MappingProxyType({}), annotations=MappingProxyType(kept))
 
 
+def _outdated(copy: Sandbox, current: Sandbox) -> bool:
+    """The copy is of the same Sandbox as the cached one, and was written before it: the
+    watch can deliver an event after our own write's answer, and our write's answer can
+    come back after the watch delivered a later change (a caller's edit)."""
+    return copy.uid == current.uid and is_older(copy.resource_version, current.resource_version)
+
+
 class SandboxCache:
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -47,8 +55,13 @@ class SandboxCache:
             except SandboxError:
                 return None
         sandbox = slim_sandbox(sandbox)
+        key = (sandbox.namespace, sandbox.name)
         with self._lock:
-            self._items[(sandbox.namespace, sandbox.name)] = sandbox
+            current = self._items.get(key)
+            if current is not None and _outdated(sandbox, current):
+                # An event of an earlier write, delivered after our own write's answer.
+                return current
+            self._items[key] = sandbox
         return sandbox
 
     def refresh(self, sandbox: Sandbox) -> None:
@@ -57,7 +70,11 @@ class SandboxCache:
         key = (sandbox.namespace, sandbox.name)
         with self._lock:
             current = self._items.get(key)
-            if current is not None and current.uid == sandbox.uid:
+            if (
+                current is not None
+                and current.uid == sandbox.uid
+                and not _outdated(sandbox, current)
+            ):
                 self._items[key] = sandbox
 
     def remove(self, namespace: str, name: str) -> None:

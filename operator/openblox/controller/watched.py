@@ -21,6 +21,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from openblox.models.resource_version import is_older
 from openblox.names import (
     ANNOTATION_BOUNDARY,
     ANNOTATION_PROFILE_DIGEST,
@@ -31,6 +32,9 @@ from openblox.names import (
 )
 
 NEGATIVE_TTL_SECONDS = 30.0
+# How long a deleted pod's uid is remembered, so that an answer to one of our own writes
+# that comes back after the pod's deletion event cannot bring the pod back into the cache.
+GONE_MEMORY_SECONDS = 300.0
 
 
 def slim_pod(pod: Mapping[str, Any]) -> dict[str, Any]:
@@ -118,7 +122,9 @@ class Watched:
         self._namespaces = _Known(clock)
         self._runtime_classes = _Known(clock)
         self._policies = _Known(clock)
+        self._clock = clock
         self._pods: dict[tuple[str, str], dict[str, Any]] = {}
+        self._gone: dict[str, float] = {}  # uid -> when its deletion was seen, oldest first
         # Uids of sandbox pods whose container the kubelet has reported started.
         self._started: set[str] = set()
 
@@ -186,18 +192,16 @@ class Watched:
     # Sandbox pods ------------------------------------------------------------
 
     def pod_seen(self, pod: Mapping[str, Any]) -> None:
+        """Keep this copy of a pod, from its watch or from the answer to one of our writes,
+        unless the cache holds a later one: the two arrive in either order."""
         slim = slim_pod(pod)
-        key = (slim["metadata"].get("namespace", ""), slim["metadata"].get("name", ""))
+        metadata = slim["metadata"]
+        key = (metadata.get("namespace", ""), metadata.get("name", ""))
         with self._lock:
+            if metadata.get("uid") in self._gone:
+                return
             current = self._pods.get(key)
-            if (
-                current is not None
-                and current["metadata"].get("uid") == slim["metadata"].get("uid")
-                and _controller_uid(current)
-                and not _controller_uid(slim)
-            ):
-                # A pod is handed out once and never given back: a copy without the owner
-                # is older than the hand-out (a watch event the claim's answer overtook).
+            if current is not None and _outdated(slim, current):
                 return
             self._pods[key] = slim
 
@@ -207,6 +211,18 @@ class Watched:
             if current is not None and (uid is None or current["metadata"].get("uid") == uid):
                 del self._pods[(namespace, name)]
                 self._started.discard(current["metadata"].get("uid"))
+                uid = uid or current["metadata"].get("uid")
+            if uid:
+                self._remember_gone(uid)
+
+    def _remember_gone(self, uid: str) -> None:
+        now = self._clock()
+        while self._gone:
+            oldest, when = next(iter(self._gone.items()))
+            if now - when < GONE_MEMORY_SECONDS:
+                break
+            del self._gone[oldest]
+        self._gone[uid] = now
 
     def pod(self, namespace: str, name: str) -> dict[str, Any] | None:
         with self._lock:
@@ -238,6 +254,15 @@ class Watched:
         """Whether the kubelet reported the pod's container started (before it says Ready)."""
         with self._lock:
             return uid in self._started
+
+
+def _outdated(copy: Mapping[str, Any], current: Mapping[str, Any]) -> bool:
+    """The copy is of the same pod as the cached one and was written before it (a watch
+    event our write's answer overtook, or the reverse)."""
+    before, now = copy["metadata"], current["metadata"]
+    return before.get("uid") == now.get("uid") and is_older(
+        before.get("resourceVersion"), now.get("resourceVersion")
+    )
 
 
 def _controller_uid(pod: Mapping[str, Any]) -> str | None:

@@ -41,6 +41,8 @@ class Sandbox:
     deletion_timestamp: datetime | None = None
     status: Mapping[str, Any] = field(default_factory=_empty)
     """As last written by the operator; read it, never trust it for decisions."""
+    resource_version: str = ""
+    """Which write of the Sandbox this copy is: of two copies, the caches keep the later."""
 
     @property
     def last_activity(self) -> datetime | None:
@@ -84,6 +86,7 @@ def parse_sandbox(body: Mapping[str, Any]) -> Sandbox:
         annotations=_string_map(metadata, "metadata.annotations"),
         deletion_timestamp=_timestamp(metadata, "metadata.deletionTimestamp"),
         status=MappingProxyType(plain(_mapping(body, "status"))),
+        resource_version=str(metadata.get("resourceVersion") or ""),
     )
 
 
