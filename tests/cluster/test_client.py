@@ -31,11 +31,14 @@ from openblox.client import (
     SandboxGone,
     SandboxNotReady,
 )
+from openblox.transport import AuthorizerRefused
 from tests.cluster.capacity import require_sandbox_room
 from tests.cluster.kubectl import Kube
 from tests.cluster.sandboxes import (
     admission_has,
+    client_role_kubeconfig,
     extra_profiles,
+    get_sandbox,
     opted_in_namespace,
     profile_yaml,
     wait_for,
@@ -223,6 +226,29 @@ def test_unknown_profile_raises_admission_denied_with_a_record(client: Client) -
         client.create("no-such-profile")
     assert raised.value.record.denied == "admission"
     assert "does not exist" in raised.value.record.because
+
+
+def test_a_create_the_authorizer_refuses_is_no_denial_and_an_admission_refusal_is(
+    operator: Kube, tmp_path: Path
+) -> None:
+    """RBAC judges the caller's credentials, not the Sandbox: its 403 is `AuthorizerRefused`
+    with no denial record, while what admission refuses for the same caller is one."""
+    with (
+        opted_in_namespace(operator, "t-rbac") as own,
+        opted_in_namespace(operator, "t-rbac-other") as other,
+    ):
+        tenant = Client(own, kubeconfig=client_role_kubeconfig(operator, own, tmp_path))
+        with pytest.raises(AuthorizerRefused) as refused:
+            tenant.create("code-exec", "elsewhere", other)
+        assert refused.value.status == 403
+        wanted = 'cannot create resource "sandboxes" in API group "openblox.sh" in the namespace'
+        assert f'{wanted} "{other}"' in refused.value.message
+        assert not hasattr(refused.value, "record")
+        with pytest.raises(AdmissionDenied) as denied:
+            tenant.create("no-such-profile", "refused")
+        assert denied.value.record.denied == "admission"
+        assert not isinstance(denied.value.__cause__, AuthorizerRefused)
+        assert get_sandbox(operator, "elsewhere", other) is None
 
 
 def test_a_too_long_lifetime_raises_admission_denied_and_spares_a_running_sandbox(

@@ -24,8 +24,8 @@ from openblox.client import (
 )
 from openblox.client.cluster import sandboxes_path
 from openblox.client.launch import NATIVE_SUPERVISOR, SUPERVISOR_ARGV
-from openblox.transport import Conflict, Forbidden, Frame, NotFound
-from openblox.transport.errors import ExecStreamError
+from openblox.transport import AuthorizerRefused, Conflict, Forbidden, Frame, NotFound
+from openblox.transport.errors import ExecStreamError, api_error
 from tests.unit.client_fakes import (
     SUCCESS,
     Script,
@@ -72,6 +72,13 @@ def test_create_tells_a_name_taken_by_another_profile_and_a_refusal(shell: Shell
         call(client.create("code-exec", name="box"))
     script.answers[("POST", BOXES)] = [Forbidden(403, "Forbidden", "profile not allowed")]
     with pytest.raises(AdmissionDenied, match="sandbox refused"):
+        call(client.create("code-exec", name="box"))
+    # RBAC's refusal is about the caller's credentials: no denial record is made of it.
+    rbac = 'sandboxes.openblox.sh is forbidden: User "u" cannot create resource "sandboxes"'
+    script.answers[("POST", BOXES)] = [
+        api_error(403, "Forbidden", json.dumps({"kind": "Status", "message": rbac}))
+    ]
+    with pytest.raises(AuthorizerRefused, match="cannot create resource"):
         call(client.create("code-exec", name="box"))
 
 

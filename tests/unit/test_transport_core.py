@@ -172,6 +172,42 @@ def test_an_admission_refusal_carries_the_policys_message() -> None:
     assert error.message == message
 
 
+@pytest.mark.parametrize(
+    "message",
+    [
+        'sandboxes.openblox.sh is forbidden: User "system:serviceaccount:a:app" cannot create '
+        'resource "sandboxes" in API group "openblox.sh" in the namespace "b"',
+        'pods "box-pod" is forbidden: User "jane" cannot create resource "pods/exec" in API '
+        'group "" in the namespace "b": RBAC: role.rbac.authorization.k8s.io "x" not found',
+        'nodes is forbidden: User "say \\"hi\\"" cannot list resource "nodes" in API group "" '
+        "at the cluster scope",
+    ],
+)
+def test_the_authorizers_refusal_is_told_from_admissions(message: str) -> None:
+    error = errors.api_error(403, "Forbidden", _status(403, "Forbidden", message))
+    assert type(error) is errors.AuthorizerRefused
+    assert isinstance(error, errors.Forbidden) and error.message == message
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        'sandboxes.openblox.sh "box" is forbidden: ValidatingAdmissionPolicy '
+        "'openblox-sandbox-profile' with binding 'b' denied request: profile not allowed",
+        'pods "p" is forbidden: violates PodSecurity "restricted:latest": privileged',
+        'sandboxes.openblox.sh "box" is forbidden: unable to create new content in namespace b '
+        "because it is being terminated",
+        # Words a policy chose cannot pass for the authorizer's: they come after its own.
+        "sandboxes.openblox.sh \"box\" is forbidden: ValidatingAdmissionPolicy 'p' denied "
+        'request: User "x" cannot create resource',
+        "",
+    ],
+)
+def test_other_refusals_stay_forbidden(message: str) -> None:
+    error = errors.api_error(403, "Forbidden", _status(403, "Forbidden", message))
+    assert type(error) is errors.Forbidden
+
+
 def test_a_body_that_is_not_a_status_is_cut_not_trusted() -> None:
     error = errors.api_error(502, "Bad Gateway", b"<html>" + b"x" * 5000)
     assert error.status_reason == ""

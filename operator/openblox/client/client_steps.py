@@ -33,7 +33,14 @@ from openblox.client.errors import (
 from openblox.client.readiness import TERMINAL_REASONS, ready_condition, settled
 from openblox.denials import admission_denial
 from openblox.names import GROUP, KIND, VERSION
-from openblox.transport.errors import BadRequest, Conflict, Forbidden, Gone, Invalid
+from openblox.transport.errors import (
+    AuthorizerRefused,
+    BadRequest,
+    Conflict,
+    Forbidden,
+    Gone,
+    Invalid,
+)
 from openblox.transport.rest import Watch
 
 ADMISSION_PROFILES = "openblox-profile-admission"
@@ -86,6 +93,10 @@ class ClientSteps(Generic[H]):
                     f"{existing['spec'].get('profile')}, not {profile}"
                 ) from error
             created = existing
+        except AuthorizerRefused:
+            # The caller's credentials, not a policy about the Sandbox: no denial record
+            # (and, just after an API server restart, maybe no lasting refusal either).
+            raise
         except (BadRequest, Forbidden, Invalid) as error:
             record = admission_denial(profile, error.message or error.reason, datetime.now(UTC))
             raise AdmissionDenied(f"sandbox refused: {record.because}", record) from error

@@ -34,6 +34,7 @@ from openblox.transport.credentials import Credentials
 from openblox.transport.discovery import load_credentials
 from openblox.transport.errors import (
     ApiError,
+    AuthorizerRefused,
     BadRequest,
     ClientError,
     Conflict,
@@ -78,6 +79,7 @@ __all__ = [
     "STRATEGIC_MERGE_PATCH",
     "Api",
     "ApiError",
+    "AuthorizerRefused",
     "BadRequest",
     "ClientError",
     "Conflict",

@@ -8,6 +8,7 @@ failures are not API errors: they propagate as the OSError or TimeoutError they 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -86,6 +87,23 @@ class Forbidden(ClientError):
     """403: RBAC, an admission policy, or a terminating namespace refused it."""
 
 
+class AuthorizerRefused(Forbidden):
+    """403 from the API server's authorizer (RBAC, say): these credentials may not do this.
+
+    Nothing about the object was judged: the request never reached admission. An API
+    server that has just started answers so too, for a few seconds, until it has loaded
+    the RBAC objects (Kubernetes serves requests before its authorizer's caches are
+    filled), so right after an API server restart this refusal may not last.
+    """
+
+
+# The authorizer's refusal: "<resource> ["<name>" ]is forbidden: User "<name>" cannot
+# <verb> ..." (k8s.io/apiserver's responsewriters.forbiddenMessage). Admission refusals
+# carry the plugin's or policy's own words after "is forbidden: ".
+_QUOTED = r'"(?:[^"\\]|\\.)*"'  # Go's %q
+_AUTHORIZER_REFUSAL = re.compile(rf"^\S+ (?:{_QUOTED} )?is forbidden: User {_QUOTED} cannot ")
+
+
 class NotFound(ClientError):
     """404."""
 
@@ -132,7 +150,10 @@ def error_class(status: int) -> type[ApiError]:
 def api_error(status: int, reason: str, body: bytes | str = b"") -> ApiError:
     """The error to raise for a response of `status` with `body` (a Status, usually)."""
     text = body.decode("utf-8", "replace") if isinstance(body, bytes) else body
-    return error_class(status)(status, reason, text)
+    error = error_class(status)(status, reason, text)
+    if isinstance(error, Forbidden) and _AUTHORIZER_REFUSAL.match(error.message):
+        return AuthorizerRefused(status, reason, text)
+    return error
 
 
 def status_object(body: bytes | str | None) -> Mapping[str, Any]:
