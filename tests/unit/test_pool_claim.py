@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import copy
 import json
+import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -412,3 +414,64 @@ def test_the_keeper_never_deletes_a_pool_pod_handed_out_since_its_watch_showed_i
     assert server.objects[f"{PODS}/warm.taken"]["metadata"]["ownerReferences"][0]["uid"] == (
         "a-sandbox"
     )
+
+
+def test_a_pass_makes_its_pods_while_its_probes_run_and_starts_each_probe_once() -> None:
+    """A pass that waited for its probes held the pool's creates back by a probe's time."""
+    server = PodServer()
+    reconciler, watched, _cache = _operator(server)
+    _watch_everything(watched)
+    server.objects["/api/v1/namespaces/team-a/resourcequotas"] = {"items": []}
+    server.objects["/apis/node.k8s.io/v1/runtimeclasses/gvisor"] = {"metadata": {}}
+    store = PoolStore(server, reconciler._events)  # type: ignore[arg-type]
+    store.apply({"data": {"warm": "profile: code-exec\nnamespaces: [team-a]\nsize: 2\n"}})
+    keeper = PoolKeeper(
+        server,  # type: ignore[arg-type]
+        watched,
+        store,
+        reconciler._profiles,
+        namespaces=Namespaces(server, watched),  # type: ignore[arg-type]
+        runtimes=RuntimeChecks(server, watched, network_policy_enforced=False),  # type: ignore[arg-type]
+        boundaries=reconciler._boundaries,
+        unprepared=UnpreparedNodes(),
+        held=lambda: True,
+    )
+    keeper._listed = True
+    watched.pod_seen(server.add_pod("warm.unprobed"))  # Ready, its boundary not seen yet
+    release, finished = threading.Event(), threading.Event()
+    probed: list[str] = []
+
+    def slow_probe(pod: dict[str, Any], pool: Pool, expected: Any) -> None:
+        probed.append(pod["metadata"]["name"])
+        release.wait(5)
+        finished.set()
+
+    keeper._probe = slow_probe  # type: ignore[method-assign]
+    created = server.post
+
+    def post(target: str, body: Any) -> dict[str, Any]:
+        answer = created(target, body)
+        answer["metadata"]["creationTimestamp"] = "2025-01-02T03:04:06Z"
+        return answer
+
+    server.post = post  # type: ignore[method-assign]
+    try:
+        keeper.run_once()
+        assert not finished.is_set(), "the pass waited for its probe"
+        assert server.take().count(("POST", PODS)) == 1  # the pool's second pod, at once
+        keeper.run_once()  # the probe is still under way: it is not started again
+        assert wait_until(lambda: probed == ["warm.unprobed"])
+    finally:
+        release.set()
+    assert wait_until(lambda: not keeper._probing)
+    assert probed == ["warm.unprobed"]
+    keeper._probes.shutdown(wait=True)
+
+
+def wait_until(condition: Callable[[], bool], seconds: float = 5.0) -> bool:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True

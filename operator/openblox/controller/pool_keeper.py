@@ -58,8 +58,9 @@ log = logging.getLogger(__name__)
 
 # ResourceQuotas and RuntimeClass overheads change rarely: read again after this long.
 QUOTA_TTL_SECONDS = 30.0
-# Boundary probes run at once in one pass: each is an exec that mostly waits on the node,
-# and a pass that probed one pod after another made pods hand-out-able at a probe's pace.
+# Boundary probes run at once, beside the passes: each is an exec that mostly waits on
+# the node. A pass that probed one pod after another made pods hand-out-able at a probe's
+# pace, and one that waited for its probes held its pool's creates back by a probe's time.
 PROBES_AT_ONCE = 4
 
 Key = tuple[str, str]  # (namespace, pool name)
@@ -101,6 +102,8 @@ class PoolKeeper:
         self._quotas: dict[str, tuple[float, list[dict[str, Any]]]] = {}
         self._overheads: dict[str, tuple[float, dict[str, str]]] = {}
         self._probes = ThreadPoolExecutor(PROBES_AT_ONCE, thread_name_prefix="pool-probe")
+        self._probing: set[str] = set()  # uids of pods whose probe is queued or running
+        self._probing_guard = threading.Lock()
         self._hand_outs: dict[str, float] = {}
         self._hand_outs_guard = threading.Lock()
 
@@ -265,11 +268,38 @@ class PoolKeeper:
         for name in plan.delete:
             log.info("deleting pool pod %s/%s", namespace, name)
             delete_pod(self._kube, by_name[name], only_as_seen=True)
-        # list(): a probe's exception is raised here, failing the pass as before.
-        list(self._probes.map(lambda name: self._probe(by_name[name], pool, expected), plan.probe))
+        for name in plan.probe:
+            self._start_probe(by_name[name], pool, expected)
         held = self._unprepared.held(_hold_key(namespace, pool), datetime.now(UTC))
         if plan.create and held is None:
             self._create(pool, profile, namespace, plan.create, pacer_key)
+
+    def _start_probe(self, pod: dict[str, Any], pool: Pool, expected: Boundary | None) -> None:
+        """Probe the pod on a probe thread unless its probe is under way; the pass goes on."""
+        uid = pod["metadata"]["uid"]
+        with self._probing_guard:
+            if uid in self._probing:
+                return
+            self._probing.add(uid)
+        try:
+            self._probes.submit(self._probe_once, uid, pod, pool, expected)
+        except RuntimeError:  # shut down: the keeper is stopping
+            with self._probing_guard:
+                self._probing.discard(uid)
+
+    def _probe_once(
+        self, uid: str, pod: dict[str, Any], pool: Pool, expected: Boundary | None
+    ) -> None:
+        name = f"{pod['metadata']['namespace']}/{pod['metadata']['name']}"
+        try:
+            self._probe(pod, pool, expected)
+        except NotLeader:
+            log.info("lost the Lease during the probe of pool pod %s", name)
+        except Exception:
+            log.exception("probe of pool pod %s failed; probed again on a later pass", name)
+        finally:
+            with self._probing_guard:
+                self._probing.discard(uid)
 
     def _probe(self, pod: dict[str, Any], pool: Pool, expected: Boundary | None) -> None:
         """The same checks a cold pod gets, before the pod may be handed out."""
