@@ -30,10 +30,14 @@ from tests.cluster.test_operator_failover import (  # noqa: E402
 )
 from tests.kind.conftest import docker  # noqa: E402
 from tests.kind.failover import (  # noqa: E402
+    container_status,
     control_plane,
+    crictl,
     gvisor_worker,
+    node_container,
     node_ready,
     replica_nodes,
+    sigkill_container,
 )
 
 NODE_AGENT_NAMESPACE = "openblox-node"
@@ -53,43 +57,16 @@ class FaultKind:
     """Breaks the part, and returns the check that says it answers again."""
 
 
-def _crictl(node: str, *args: str, check: bool = True) -> str:
-    return docker("exec", node, "crictl", *args, check=check).stdout.strip()
-
-
-def _container(node: str, name: str, pod: str | None = None) -> str:
-    labels = ["--label", f"io.kubernetes.pod.name={pod}"] if pod else []
-    found = _crictl(node, "ps", "-q", "--name", f"^{name}$", *labels).split()
-    if not found:
-        raise RuntimeError(f"no running container {name} on {node}")
-    return found[0]
-
-
-def _sigkill(node: str, container: str) -> None:
-    """SIGKILL the container's main process from inside its node: nothing is released."""
-    pid = _crictl(node, "inspect", "-o", "go-template", "--template", "{{.info.pid}}", container)
-    if not pid.isdigit():
-        raise RuntimeError(f"no pid for container {container} on {node}: {pid!r}")
-    docker("exec", node, "kill", "-KILL", pid)
-
-
 def _restarts(kube: Kube, namespace: str, pod: str, container: str) -> int:
-    body = kube.get("pod", pod, namespace)
-    for status in (body.get("status") or {}).get("containerStatuses") or []:
-        if status.get("name") == container:
-            return int(status.get("restartCount") or 0)
-    return 0
+    return int(container_status(kube, namespace, pod, container).get("restartCount") or 0)
 
 
 def _container_ready_again(
     kube: Kube, namespace: str, pod: str, container: str, before: int
 ) -> Callable[[], bool]:
     def check() -> bool:
-        body = kube.get("pod", pod, namespace)
-        for status in (body.get("status") or {}).get("containerStatuses") or []:
-            if status.get("name") == container:
-                return int(status.get("restartCount") or 0) > before and bool(status.get("ready"))
-        return False
+        status = container_status(kube, namespace, pod, container)
+        return int(status.get("restartCount") or 0) > before and bool(status.get("ready"))
 
     return check
 
@@ -100,7 +77,7 @@ def _lease_holder(kube: Kube) -> Callable[[], bool]:
         raise RuntimeError("nobody holds the operator's Lease")
     before = _restarts(kube, SYSTEM, pod, "operator")
     node = replica_nodes(kube)[pod]
-    _sigkill(node, _container(node, "operator", pod))
+    sigkill_container(node, node_container(node, "operator", pod))
 
     def check() -> bool:
         now_pod, now_identity = _holder(kube)
@@ -123,18 +100,18 @@ def _standby(kube: Kube) -> Callable[[], bool]:
     pod = standbys[0]
     before = _restarts(kube, SYSTEM, pod, "operator")
     node = replica_nodes(kube)[pod]
-    _sigkill(node, _container(node, "operator", pod))
+    sigkill_container(node, node_container(node, "operator", pod))
     return _container_ready_again(kube, SYSTEM, pod, "operator", before)
 
 
 def _static(kube: Kube, component: str) -> Callable[[], bool]:
     """Stop a control-plane static pod's container; its kubelet starts it again."""
     plane = control_plane(kube)
-    old = _container(plane, component)
-    _crictl(plane, "stop", "--timeout", "0", old)
+    old = node_container(plane, component)
+    crictl(plane, "stop", "--timeout", "0", old)
 
     def check() -> bool:
-        found = _crictl(plane, "ps", "-q", "--name", f"^{component}$", check=False).split()
+        found = crictl(plane, "ps", "-q", "--name", f"^{component}$", check=False).split()
         if not found or found[0] == old:
             return False
         ready = kube.kubectl("get", "--raw", "/readyz", check=False)
@@ -197,7 +174,7 @@ def _node_agent(kube: Kube) -> Callable[[], bool]:
         raise RuntimeError(f"no node agent on {worker}")
     pod = pods[0]["metadata"]["name"]
     before = _restarts(kube, NODE_AGENT_NAMESPACE, pod, NODE_AGENT_CONTAINER)
-    _sigkill(worker, _container(worker, NODE_AGENT_CONTAINER, pod))
+    sigkill_container(worker, node_container(worker, NODE_AGENT_CONTAINER, pod))
     return _container_ready_again(kube, NODE_AGENT_NAMESPACE, pod, NODE_AGENT_CONTAINER, before)
 
 

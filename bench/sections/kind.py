@@ -80,8 +80,16 @@ def _failovers(ctx: Any, section: Section) -> None:
         wait_reason,
     )
     from tests.cluster.test_operator_failover import _holder, _two_replicas_one_holder
-    from tests.kind.failover import control_plane, gvisor_worker, leader_on, lost, nodes
-    from tests.kind.test_kind_failover import _kill_operator_process, _ready_on
+    from tests.kind.failover import (
+        control_plane,
+        gvisor_worker,
+        leader_on,
+        lost,
+        node_container,
+        nodes,
+        sigkill_container,
+    )
+    from tests.kind.test_kind_failover import _ready_on
 
     kube = Kube(KIND_KUBECONFIG)
 
@@ -97,7 +105,7 @@ def _failovers(ctx: Any, section: Section) -> None:
         where = {holder: kube.get("pod", holder, "openblox-system")["spec"]["nodeName"]}
         old = _holder(kube)[1]
         killed = time.monotonic()
-        _kill_operator_process(kube, holder, where[holder])
+        sigkill_container(where[holder], node_container(where[holder], "operator", holder))
         kube.apply(sandbox("after-kill", namespace))
         wait_for("a new holder", changed_from(old), 60, 0.2)
         taken = time.monotonic() - killed

@@ -53,6 +53,38 @@ def control_plane(kube: Kube) -> str:
     return name
 
 
+def crictl(node: str, *args: str, check: bool = True) -> str:
+    """crictl inside a node container, its output stripped."""
+    return docker("exec", node, "crictl", *args, check=check).stdout.strip()
+
+
+def node_container(node: str, name: str, pod: str | None = None) -> str:
+    """The id of the running container named `name` (of `pod`, if given) on a node."""
+    labels = ["--label", f"io.kubernetes.pod.name={pod}"] if pod else []
+    found = crictl(node, "ps", "-q", "--name", f"^{name}$", *labels).split()
+    if not found:
+        raise RuntimeError(f"no running container {name} on {node}")
+    return found[0]
+
+
+def sigkill_container(node: str, container: str) -> None:
+    """SIGKILL a container's main process from inside its node: it releases nothing (no
+    Lease handed back, no connection closed cleanly), as a crash would."""
+    pid = crictl(node, "inspect", "-o", "go-template", "--template", "{{.info.pid}}", container)
+    if not pid.isdigit():
+        raise RuntimeError(f"no pid for container {container} on {node}: {pid!r}")
+    docker("exec", node, "kill", "-KILL", pid)
+
+
+def container_status(kube: Kube, namespace: str, pod: str, container: str) -> dict[str, Any]:
+    """The pod's status of one container ({} before the kubelet reports it)."""
+    body = kube.get("pod", pod, namespace)
+    for status in (body.get("status") or {}).get("containerStatuses") or []:
+        if status.get("name") == container:
+            return dict(status)
+    return {}
+
+
 def replica_nodes(kube: Kube) -> dict[str, str]:
     """Operator pod -> node, for the replicas not being deleted."""
     pods = json.loads(

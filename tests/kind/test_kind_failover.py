@@ -45,8 +45,10 @@ from tests.kind.failover import (
     gvisor_worker,
     leader_on,
     lost,
+    node_container,
     nodes,
     replica_nodes,
+    sigkill_container,
 )
 from tests.kind.test_kind_cluster import _openblox
 
@@ -55,34 +57,6 @@ pytestmark = pytest.mark.kind
 NODE_MONITOR_GRACE_SECONDS = 50
 # A pod's start on a loaded 2-core host (image present, gVisor sandbox, boundary probe).
 POD_START_SECONDS = 90
-
-
-def _kill_operator_process(kube: Kube, pod: str, node: str) -> None:
-    """SIGKILL the operator process in its node container: it dies releasing nothing."""
-    container = docker(
-        "exec",
-        node,
-        "crictl",
-        "ps",
-        "-q",
-        "--name",
-        "operator",
-        "--label",
-        f"io.kubernetes.pod.name={pod}",
-    ).stdout.split()[0]
-    pid = docker(
-        "exec",
-        node,
-        "crictl",
-        "inspect",
-        "-o",
-        "go-template",
-        "--template",
-        "{{.info.pid}}",
-        container,
-    ).stdout.strip()
-    assert pid.isdigit(), pid
-    docker("exec", node, "kill", "-KILL", pid)
 
 
 def _room_on(kube: Kube, node: str, count: int = 1) -> None:
@@ -135,7 +109,7 @@ def test_killing_the_lease_holder_hands_over_to_the_replica_on_another_node(
     _, old_identity = _holder(kube)
     with opted_in_namespace(kube, "kind-failover") as namespace:
         killed = time.monotonic()
-        _kill_operator_process(kube, holder, where[holder])
+        sigkill_container(where[holder], node_container(where[holder], "operator", holder))
         kube.apply(sandbox("after-kill", namespace))
 
         def new_holder() -> str | None:
