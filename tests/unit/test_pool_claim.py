@@ -388,13 +388,16 @@ class PreconditionedPodServer(PodServer):
         return self.objects.pop(target)
 
 
-def test_the_keeper_never_deletes_a_pool_pod_handed_out_since_its_watch_showed_it() -> None:
-    server = PreconditionedPodServer()
-    reconciler, watched, _cache = _operator(server)
-    _watch_everything(watched)
+POOL_YAML = "profile: code-exec\nnamespaces: [team-a]\nsize: 2\n"
+
+
+def _keeper(
+    server: PodServer, reconciler: Reconciler, watched: Watched, pools: dict[str, str]
+) -> PoolKeeper:
+    """A keeper over these pools, wired as `Runtime.build` wires it, that holds the Lease."""
     store = PoolStore(server, reconciler._events)  # type: ignore[arg-type]
-    store.apply({"data": {}})  # the pool was removed: its pods serve nothing now
-    keeper = PoolKeeper(
+    store.apply({"data": pools})
+    return PoolKeeper(
         server,  # type: ignore[arg-type]
         watched,
         store,
@@ -405,6 +408,14 @@ def test_the_keeper_never_deletes_a_pool_pod_handed_out_since_its_watch_showed_i
         unprepared=UnpreparedNodes(),
         held=lambda: True,
     )
+
+
+def test_the_keeper_never_deletes_a_pool_pod_handed_out_since_its_watch_showed_it() -> None:
+    server = PreconditionedPodServer()
+    reconciler, watched, _cache = _operator(server)
+    _watch_everything(watched)
+    # The pool was removed: its pods serve nothing now.
+    keeper = _keeper(server, reconciler, watched, pools={})
     keeper._listed = True  # the watch has shown every pool pod
     for name in ("warm.free", "warm.taken"):
         watched.pod_seen(server.add_pod(name))
@@ -423,19 +434,7 @@ def test_a_pass_makes_its_pods_while_its_probes_run_and_starts_each_probe_once()
     _watch_everything(watched)
     server.objects["/api/v1/namespaces/team-a/resourcequotas"] = {"items": []}
     server.objects["/apis/node.k8s.io/v1/runtimeclasses/gvisor"] = {"metadata": {}}
-    store = PoolStore(server, reconciler._events)  # type: ignore[arg-type]
-    store.apply({"data": {"warm": "profile: code-exec\nnamespaces: [team-a]\nsize: 2\n"}})
-    keeper = PoolKeeper(
-        server,  # type: ignore[arg-type]
-        watched,
-        store,
-        reconciler._profiles,
-        namespaces=Namespaces(server, watched),  # type: ignore[arg-type]
-        runtimes=RuntimeChecks(server, watched, network_policy_enforced=False),  # type: ignore[arg-type]
-        boundaries=reconciler._boundaries,
-        unprepared=UnpreparedNodes(),
-        held=lambda: True,
-    )
+    keeper = _keeper(server, reconciler, watched, pools={"warm": POOL_YAML})
     keeper._listed = True
     watched.pod_seen(server.add_pod("warm.unprobed"))  # Ready, its boundary not seen yet
     release, finished = threading.Event(), threading.Event()
