@@ -126,6 +126,13 @@ def test_messages_say_what_was_lost_and_what_the_exec_said() -> None:
     message = no_verdict_message(status, bytearray(b"x" * 600 + b"the end"))
     assert "(exit 2)" in message and message.endswith("the end")
     assert "(exit None)" in no_verdict_message(b"", b"")
+    # The container runtime could not start the command: its reason is in the Status.
+    refused = (
+        b'{"status":"Failure","message":"Internal error occurred: error executing command in '
+        b"container: failed to exec in container: failed to load task: context deadline "
+        b'exceeded","reason":"InternalError","code":500}'
+    )
+    assert "failed to load task: context deadline exceeded" in no_verdict_message(refused, b"")
 
 
 def test_the_pods_sizes_name_the_limits() -> None:

@@ -116,12 +116,24 @@ def gone_message(namespace: str, name: str, record: Denial | None) -> str:
 
 
 def no_verdict_message(status: bytes, diagnostics: bytes | bytearray) -> str:
-    """The pod still runs but the exec ended without a verdict: the exit and the stderr."""
+    """The pod still runs but the exec ended without a verdict: the exit, what the API
+    server's final Status says (the container runtime's reason, when it could not start
+    the command), and the stderr."""
     code = exit_code_from_status(status) if status else None
+    said = _status_message(status)[-500:]
     return (
         "the exec ended without a result from the sandbox's supervisor "
-        f"(exit {code}); stderr: {diagnostics.decode('utf-8', 'replace')[-500:]}"
+        f"(exit {code}{'; ' + said if said else ''}); "
+        f"stderr: {diagnostics.decode('utf-8', 'replace')[-500:]}"
     )
+
+
+def _status_message(status: bytes) -> str:
+    try:
+        parsed = json.loads(status) if status else {}
+    except ValueError:
+        return ""
+    return str(parsed.get("message") or "") if isinstance(parsed, dict) else ""
 
 
 def pod_sizes(pod: Mapping[str, Any]) -> tuple[str | None, str | None]:
