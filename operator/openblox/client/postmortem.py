@@ -20,7 +20,7 @@ from typing import Any
 from openblox.denials import Denial, InvalidDenial, pod_denial
 from openblox.names import CONTAINER_NAME
 from openblox.timestamps import parse_optional_timestamp
-from openblox.transport.frames import exit_code_from_status
+from openblox.transport.frames import exit_code_from_status, status_message
 
 # A status denial this long before the exec started may still be what ended it (the two
 # clocks, the client's and the operator's, are not the same clock).
@@ -120,20 +120,12 @@ def no_verdict_message(status: bytes, diagnostics: bytes | bytearray) -> str:
     server's final Status says (the container runtime's reason, when it could not start
     the command), and the stderr."""
     code = exit_code_from_status(status) if status else None
-    said = _status_message(status)[-500:]
+    said = status_message(status)[-500:]
     return (
         "the exec ended without a result from the sandbox's supervisor "
         f"(exit {code}{'; ' + said if said else ''}); "
         f"stderr: {diagnostics.decode('utf-8', 'replace')[-500:]}"
     )
-
-
-def _status_message(status: bytes) -> str:
-    try:
-        parsed = json.loads(status) if status else {}
-    except ValueError:
-        return ""
-    return str(parsed.get("message") or "") if isinstance(parsed, dict) else ""
 
 
 def pod_sizes(pod: Mapping[str, Any]) -> tuple[str | None, str | None]:

@@ -13,7 +13,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from urllib.parse import quote, urlencode
 
-from openblox.transport.errors import ExecOutputTooLarge
+from openblox.transport.errors import ExecOutputTooLarge, status_object
 
 PROTOCOL = "v5.channel.k8s.io"
 STDIN, STDOUT, STDERR, ERROR, CLOSE = 0, 1, 2, 3, 255
@@ -93,6 +93,12 @@ def exit_code_from_status(data: bytes) -> int | None:
         if cause.get("reason") == "ExitCode":
             return int(cause["message"])
     return None
+
+
+def status_message(data: bytes) -> str:
+    """What the exec's final Status says in words ("" when it says nothing): the container
+    runtime's reason when it could not start the command, say."""
+    return str(status_object(data).get("message") or "")
 
 
 @dataclass
