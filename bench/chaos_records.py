@@ -22,6 +22,7 @@ from openblox.client.errors import (
     OpenbloxClientError,
     SandboxGone,
     SandboxNotReady,
+    SandboxStalled,
     SandboxTimeout,
 )
 from openblox.transport import ApiError
@@ -63,6 +64,8 @@ def classify(error: BaseException) -> tuple[str, bool]:
     if isinstance(error, SandboxGone):
         because = f": {error.record.because}" if error.record is not None else ""
         return f"sandbox or pod gone{because}", True
+    if isinstance(error, SandboxStalled):
+        return f"ended by gVisor after a stall (signal {error.signal})", True
     if isinstance(error, ExecTransportError):
         status = error.status_code
         return f"exec stream broke ({status if status else 'no status'})", True

@@ -22,6 +22,7 @@ from openblox.client.errors import (
     ExecTransportError,
     SandboxGone,
     SandboxNotReady,
+    SandboxStalled,
     SandboxTimeout,
 )
 from openblox.transport.errors import ServerError
@@ -65,6 +66,10 @@ def test_typed_errors_are_explained_and_name_why() -> None:
     assert classify(SandboxNotReady("s", "NodeLost", "node gone")) == ("not ready: NodeLost", True)
     assert classify(SandboxGone("gone")) == ("sandbox or pod gone", True)
     assert classify(ExecTransportError("broke", 500)) == ("exec stream broke (500)", True)
+    assert classify(SandboxStalled(137, 9, 38.0, b"", b"")) == (
+        "ended by gVisor after a stall (signal 9)",
+        True,
+    )
     assert classify(ServerError(503, "Service Unavailable", "")) == (
         "API 503 Service Unavailable",
         True,

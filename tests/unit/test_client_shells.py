@@ -20,6 +20,7 @@ from openblox.client import (
     InvalidArgument,
     OutputChunk,
     SandboxGone,
+    SandboxStalled,
     findings,
 )
 from openblox.client.cluster import sandboxes_path
@@ -147,6 +148,41 @@ def test_stream_hands_output_over_as_it_comes_and_keeps_the_result(shell: Shell)
         result = stream.result
     assert chunks == [OutputChunk("stdout", b"one "), OutputChunk("stderr", b"two")]
     assert (result.exit_code, result.stdout, result.stderr) == (3, b"one ", b"two")
+
+
+@both
+@pytest.mark.parametrize("signal", [9, 11])
+def test_a_kill_after_the_sandbox_stalled_is_sandbox_stalled_not_a_result(
+    shell: Shell, signal: int
+) -> None:
+    """gVisor ends a process whose systrap stub stalled (a frozen node): the exit is not
+    the command's, so no result and no memory denial; a stall too short for that, or one
+    beside an exit of the command's own, leaves the result as it was."""
+    script = Script()
+    sandbox = _ready_handle(shell, script)
+
+    def ending(code: int, killed_by: int | None, stalled: float) -> list[Frame]:
+        verdict: dict[str, object] = {"exit_code": code, "timed_out": False}
+        verdict |= {"truncated": False, "signal": killed_by, "stalled": stalled}
+        data = (
+            framed(b"S", b"")
+            + framed(b"O", b"partial")
+            + framed(b"R", json.dumps(verdict).encode())
+        )
+        return [Frame(1, data), SUCCESS]
+
+    script.execs = [ending(128 + signal, signal, 38.5), ending(137, 9, 4.9), ending(3, None, 40.0)]
+    script.execs += [ending(128 + signal, signal, 38.5), supervised(b"kept")]
+    with pytest.raises(SandboxStalled, match=r"stalled for 38\.5 s") as raised:
+        call(sandbox.exec(["python3", "-c", "print(6*7)"]))
+    error = raised.value
+    assert (error.exit_code, error.signal, error.stalled) == (128 + signal, signal, 38.5)
+    assert error.stdout == b"partial"
+    short = call(sandbox.exec(["true"]))
+    assert (short.exit_code, [d.denied for d in short.denials]) == (137, ["memory"])
+    assert call(sandbox.exec(["true"])).exit_code == 3
+    # A file operation is idempotent: one gVisor ended runs once more.
+    assert call(sandbox.read_file("/workspace/a")) == b"kept"
 
 
 @both

@@ -44,8 +44,22 @@ def test_output_and_verdict_come_apart_even_across_split_reads() -> None:
         frame(b"R", b"not json"),
         frame(b"R", b"[1, 2]"),
         frame(b"R", b'{"exit_code": "0"}'),
+        frame(b"R", json.dumps(VERDICT | {"stalled": -1}).encode()),
+        frame(b"R", json.dumps(VERDICT | {"stalled": True}).encode()),
+        frame(b"R", json.dumps(VERDICT | {"stalled": "40"}).encode()),
+        frame(b"R", json.dumps(VERDICT).replace("}", ', "stalled": NaN}').encode()),
     ],
-    ids=["unknown-tag", "huge-length", "bad-json", "not-an-object", "exit-code-not-int"],
+    ids=[
+        "unknown-tag",
+        "huge-length",
+        "bad-json",
+        "not-an-object",
+        "exit-code-not-int",
+        "stalled-negative",
+        "stalled-bool",
+        "stalled-text",
+        "stalled-nan",
+    ],
 )
 def test_anything_but_the_supervisors_framing_is_a_transport_error(raw: bytes) -> None:
     with pytest.raises(ExecTransportError):

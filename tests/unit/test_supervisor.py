@@ -11,6 +11,7 @@ import contextlib
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -19,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from openblox.client.launch import SUPERVISOR_ARGV
+from openblox.client.supervised import STALL_SECONDS
 from openblox.guest import supervisor
 
 PYTHON = sys.executable
@@ -73,6 +75,15 @@ def run(
     raw = subprocess.run(
         command, capture_output=True, timeout=timeout + 20, check=False, start_new_session=True
     ).stdout
+    stdout, stderr, verdict = parse(raw)
+    # A supervisor left to run reports no stall the client would act on.
+    stalled = verdict.pop("stalled")
+    assert isinstance(stalled, float) and 0 <= stalled < STALL_SECONDS
+    return stdout, stderr, verdict
+
+
+def parse(raw: bytes) -> tuple[bytes, bytes, dict[str, object]]:
+    """The supervisor's frames: the command's stdout and stderr, and the verdict."""
     stdout, stderr, verdict = b"", b"", None
     while raw:
         tag, length = raw[:1], int.from_bytes(raw[1:5], "big")
@@ -85,7 +96,7 @@ def run(
             verdict = json.loads(payload)
         else:
             assert (tag, payload) == (b"S", b""), "only the native one says it started"
-    assert verdict is not None, "the supervisor always ends with its verdict"
+    assert isinstance(verdict, dict), "the supervisor always ends with its verdict"
     return stdout, stderr, verdict
 
 
@@ -111,12 +122,27 @@ def test_a_missing_program_is_127_with_the_reason(prefix: list[str]) -> None:
 
 def test_a_kill_is_told_apart_from_exit_137(prefix: list[str]) -> None:
     assert run(prefix, ["sh", "-c", "exit 137"])[2]["signal"] is None
-    assert run(prefix, ["sh", "-c", "kill -9 $$"])[2] == {
-        "exit_code": 137,
-        "timed_out": False,
-        "truncated": False,
-        "signal": 9,
-    }
+    verdict = run(prefix, ["sh", "-c", "kill -9 $$"])[2]
+    assert verdict == {"exit_code": 137, "timed_out": False, "truncated": False, "signal": 9}
+
+
+def test_the_verdict_says_how_long_the_supervisor_went_unscheduled(prefix: list[str]) -> None:
+    """The client tells gVisor's kill after a stall from the command's own exit by this:
+    a supervisor stopped for 6 s (as a frozen node stops it) reports about 6 s."""
+    command = [*prefix, "run", "30", str(1 << 20), "0", "", "--", "sleep", "2"]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, start_new_session=True)
+    try:
+        time.sleep(0.5)
+        os.kill(process.pid, signal.SIGSTOP)
+        time.sleep(6)
+        os.kill(process.pid, signal.SIGCONT)
+        raw, _ = process.communicate(timeout=30)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+    verdict = parse(raw)[2]
+    assert verdict["exit_code"] == 0
+    assert isinstance(verdict["stalled"], float) and 5.5 <= verdict["stalled"] < 30
 
 
 def test_timeout_kills_the_whole_tree_including_setsid_and_double_forks(

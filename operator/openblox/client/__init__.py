@@ -23,6 +23,7 @@ from openblox.client.errors import (
     ProcessRecordDamaged,
     SandboxGone,
     SandboxNotReady,
+    SandboxStalled,
     SandboxTimeout,
 )
 from openblox.client.limits import ExecLimits
@@ -58,6 +59,7 @@ __all__ = [
     "Sandbox",
     "SandboxGone",
     "SandboxNotReady",
+    "SandboxStalled",
     "SandboxTimeout",
 ]
 

@@ -58,6 +58,30 @@ class ExecTransportError(OpenbloxClientError):
         self.status_code = status_code
 
 
+class SandboxStalled(OpenbloxClientError):
+    """The command ended by SIGKILL or SIGSEGV while the sandbox had stalled (its node was
+    frozen, or starved of CPU, for seconds on end). gVisor's systrap platform ends a process
+    whose stub stops answering for that long, so the exit is most likely gVisor's, not the
+    command's own; and the command may have run in part. `stalled` is how long the exec
+    supervisor went unscheduled, in seconds; `exit_code` and `signal` are as it saw them,
+    `stdout` and `stderr` what the command wrote before it ended (docs/reliability.md)."""
+
+    def __init__(
+        self, exit_code: int, signal: int, stalled: float, stdout: bytes, stderr: bytes
+    ) -> None:
+        super().__init__(
+            f"the command ended by signal {signal} (exit {exit_code}) after the sandbox had "
+            f"stalled for {stalled:.1f} s: its node was frozen or starved of CPU, and gVisor "
+            "ends a process it finds stuck that long, so the exit is not the command's own "
+            "(it may have run in part)"
+        )
+        self.exit_code = exit_code
+        self.signal = signal
+        self.stalled = stalled
+        self.stdout = stdout
+        self.stderr = stderr
+
+
 class OutputLimitExceeded(ExecTransportError):
     """More came back from the sandbox than the call accepts: past the exec's output cap, or
     past the bound of an answer (`processes`, `logs`, ...). The client stopped reading there

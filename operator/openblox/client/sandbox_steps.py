@@ -18,7 +18,12 @@ from openblox.client.arguments import checked_argv, checked_limits, checked_stdi
 from openblox.client.background import control, logs_arguments, start_arguments, stop_arguments
 from openblox.client.cluster import delete_sandbox, open_exec, read_sandbox, touch
 from openblox.client.effects import Plan
-from openblox.client.errors import ExecTransportError, SandboxGone, SandboxNotReady
+from openblox.client.errors import (
+    ExecTransportError,
+    SandboxGone,
+    SandboxNotReady,
+    SandboxStalled,
+)
 from openblox.client.files import DEFAULT_READ_LIMIT, FileSteps
 from openblox.client.findings import Findings
 from openblox.client.launch import (
@@ -266,9 +271,10 @@ class SandboxSteps:
         argv = [*FILE_HELPER_ARGV, operation, *args]
         try:
             return (yield from self.supervised(limits.timeout_seconds, cap, argv, stdin))
-        except ExecTransportError:
-            # Every file operation is idempotent (files.py), so one that lost its stream
-            # is safe to run once more; a command's exec is never retried.
+        except (ExecTransportError, SandboxStalled):
+            # Every file operation is idempotent (files.py), so one that lost its stream,
+            # or that gVisor ended after a stall, is safe to run once more; a command's
+            # exec is never retried.
             return (yield from self.supervised(limits.timeout_seconds, cap, argv, stdin))
 
     def _record_activity(self) -> Plan[None]:

@@ -6,6 +6,8 @@ clients drive; `_FrameDecoder` checks the supervisor's frames against the call's
 from __future__ import annotations
 
 import json
+import math
+import signal
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -13,7 +15,12 @@ from datetime import datetime
 from typing import Any, NoReturn
 
 from openblox.client.effects import Emit, Frames, Next, Plan, SendStdin, closing
-from openblox.client.errors import ExecTransportError, OutputLimitExceeded, stream_error
+from openblox.client.errors import (
+    ExecTransportError,
+    OutputLimitExceeded,
+    SandboxStalled,
+    stream_error,
+)
 from openblox.client.results import ExecResult
 from openblox.denials import ExecOutcome
 from openblox.transport.errors import ExecStreamError
@@ -27,6 +34,12 @@ BrokenHandler = Callable[[bytes, bytearray, datetime], Plan[NoReturn]]
 
 # How long past the command's own timeout the supervisor may take to report.
 EXEC_GRACE_SECONDS = 10.0
+# gVisor's systrap platform ends a process whose stub leaves an interrupt unanswered for
+# 5 s (its contextCheckupTimeout) after the process's context has waited 30 s
+# (stuckContextTimeout): by SIGKILL, or by SIGSEGV on a fault it can no longer serve. A
+# supervisor that went unscheduled this long saw the stall that caused it.
+STALL_SECONDS = 5.0
+_STALL_SIGNALS = frozenset({signal.SIGKILL, signal.SIGSEGV})
 # The supervisor's own stderr, outside its frames: a traceback at most (the command's
 # stderr travels framed, on stdout). More than this is refused, and the read stops.
 SUPERVISOR_STDERR_BYTES = 64 * 1024
@@ -124,7 +137,10 @@ def read_supervised(
             raise stream_error(error, "the exec") from error
         verdict = run.decoder.verdict
         if verdict is not None:
-            return (yield from make_result(run.verdict_outcome(verdict), run.elapsed()))
+            outcome = run.verdict_outcome(verdict)
+            if stalled := stall_kill(outcome, verdict):
+                raise stalled
+            return (yield from make_result(outcome, run.elapsed()))
         if fallback and _supervisor_missing(output.status, run.decoder):
             socket, fallback = (yield from fallback()), None
             run.decoder = _FrameDecoder(run.cap, keep=not run.streaming)
@@ -132,6 +148,18 @@ def read_supervised(
                 yield SendStdin(socket, stdin)
             continue
         return (yield from on_broken(output.status, output.stderr, run.started_at))
+
+
+def stall_kill(outcome: ExecOutcome, verdict: dict[str, Any]) -> SandboxStalled | None:
+    """The error for a command gVisor most likely ended after a stall (the node frozen or
+    starved of CPU), or None. Its exit is then not the command's own: no result, and no
+    denial inferred from the signal (a SIGKILL would otherwise read as the memory limit)."""
+    stalled = float(verdict.get("stalled") or 0)
+    if outcome.timed_out or outcome.signal not in _STALL_SIGNALS or stalled < STALL_SECONDS:
+        return None
+    return SandboxStalled(
+        outcome.exit_code, int(outcome.signal), stalled, outcome.stdout, outcome.stderr
+    )
 
 
 def _decode(run: SupervisedRun, socket: object, output: ExecOutput) -> Plan[None]:
@@ -208,9 +236,20 @@ def _verdict(payload: bytes) -> dict[str, Any]:
         and isinstance(verdict.get("timed_out"), bool)
         and isinstance(verdict.get("truncated"), bool)
         and (verdict.get("signal") is None or _is_int(verdict["signal"]))
+        and _seconds(verdict.get("stalled", 0))
     ):
         raise ExecTransportError("the exec supervisor's verdict is malformed")
     return verdict
+
+
+def _seconds(value: object) -> bool:
+    """A duration the supervisor may report: a finite number, not negative."""
+    return (
+        isinstance(value, int | float)
+        and not isinstance(value, bool)
+        and math.isfinite(value)
+        and value >= 0
+    )
 
 
 def _is_int(value: object) -> bool:

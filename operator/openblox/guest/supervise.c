@@ -56,6 +56,30 @@ static double now(void) {
     return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
 }
 
+/* The longest time this process went unscheduled past a wait it asked for, in seconds.
+ * When a node is frozen or starved of CPU, gVisor's systrap platform kills a process whose
+ * stub stops answering (SIGKILL or SIGSEGV): that exit is then not the command's own, and
+ * the verdict's "stalled" lets the client say so (docs/reliability.md). */
+static double stalled = 0;
+
+static void note_stall(double start, double asked) {
+    double over = now() - start - asked;
+    if (over > stalled) stalled = over;
+}
+
+static int timed_poll(struct pollfd *fds, nfds_t count, int milliseconds) {
+    double start = now();
+    int ready = poll(fds, count, milliseconds);
+    note_stall(start, milliseconds / 1000.0);
+    return ready;
+}
+
+static void timed_sleep(useconds_t microseconds) {
+    double start = now();
+    usleep(microseconds);
+    note_stall(start, microseconds / 1e6);
+}
+
 /* -1 once the caller is gone (SIGPIPE is ignored, so a closed stream is EPIPE). */
 static int write_all(int fd, const char *data, size_t length) {
     while (length > 0) {
@@ -252,7 +276,7 @@ int main(int argc, char **argv) {
         /* Once the command has exited, descendants holding its pipes are not waited for. */
         double wait = have_status ? 0.05 : 0.5;
         if (remaining < wait) wait = remaining;
-        int ready = poll(fds, 2, (int)(wait * 1000) + 1);
+        int ready = timed_poll(fds, 2, (int)(wait * 1000) + 1);
         if (ready < 0 && errno == EINTR) continue;
         if (ready == 0 && have_status) break;
         for (int f = 0; f < 2; f++) {
@@ -290,7 +314,7 @@ int main(int argc, char **argv) {
         have_status = reap(pid, &status);
         if (!have_status) {
             if (now() >= deadline) timed_out = 1;
-            else usleep(2000);
+            else timed_sleep(2000);
         }
     }
     kill_tree(getpid(), pid, &status, &have_status);
@@ -305,12 +329,12 @@ int main(int argc, char **argv) {
     } else {
         exit_code = WEXITSTATUS(status);
     }
-    char verdict[160], signal_text[16] = "null";
+    char verdict[192], signal_text[16] = "null";
     if (killed_by) snprintf(signal_text, sizeof signal_text, "%d", killed_by);
     int length = snprintf(verdict, sizeof verdict,
                           "{\"exit_code\": %d, \"timed_out\": %s, \"truncated\": %s, "
-                          "\"signal\": %s}",
+                          "\"signal\": %s, \"stalled\": %.1f}",
                           exit_code, timed_out ? "true" : "false", truncated ? "true" : "false",
-                          signal_text);
+                          signal_text, stalled < 1e6 ? stalled : 1e6);
     return frame('R', verdict, (size_t)length) == 0 ? 0 : 120;
 }

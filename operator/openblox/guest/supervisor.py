@@ -300,8 +300,9 @@ def run(args: list[str]) -> None:
     os.close(out_w)
     os.close(err_w)
     tags = {out_r: b"O", err_r: b"E"}
+    stall = Stall()
     try:
-        status, timed_out, truncated = relay_output(tags, pid, deadline, cap)
+        status, timed_out, truncated = relay_output(tags, pid, deadline, cap, stall)
     except OSError:
         # The caller is gone (EPIPE): nobody reads the output; the tree ends now.
         kill_tree(os.getpid())
@@ -312,7 +313,7 @@ def run(args: list[str]) -> None:
             if time.monotonic() >= deadline:
                 timed_out = True
             else:
-                time.sleep(0.002)
+                stall.sleep(0.002)
     reaped = kill_tree(os.getpid())
     if status is None:
         # The command may have exited just before the kill: its own status, not the kill's.
@@ -322,7 +323,8 @@ def run(args: list[str]) -> None:
     signal_text = "null" if killed_by is None else str(killed_by)
     verdict = (
         f'{{"exit_code": {exit_code}, "timed_out": {flag[timed_out]}, '
-        f'"truncated": {flag[truncated]}, "signal": {signal_text}}}'
+        f'"truncated": {flag[truncated]}, "signal": {signal_text}, '
+        f'"stalled": {min(stall.longest, 1e6):.1f}}}'
     )
     try:
         frame(b"R", verdict.encode())
@@ -330,8 +332,33 @@ def run(args: list[str]) -> None:
         os._exit(120)
 
 
+class Stall:
+    """The longest time this process went unscheduled past a wait it asked for, in seconds.
+
+    When a node is frozen or starved of CPU, gVisor's systrap platform kills a process whose
+    stub stops answering (SIGKILL or SIGSEGV): that exit is then not the command's own, and
+    the verdict's "stalled" lets the client say so (docs/reliability.md)."""
+
+    def __init__(self) -> None:
+        self.longest = 0.0
+
+    def _note(self, start: float, asked: float) -> None:
+        self.longest = max(self.longest, time.monotonic() - start - asked)
+
+    def select(self, fds: list[int], wait: float) -> list[int]:
+        start = time.monotonic()
+        ready, _, _ = select.select(fds, [], [], wait)
+        self._note(start, wait)
+        return ready
+
+    def sleep(self, seconds: float) -> None:
+        start = time.monotonic()
+        time.sleep(seconds)
+        self._note(start, seconds)
+
+
 def relay_output(
-    tags: dict[int, bytes], pid: int, deadline: float, cap: int
+    tags: dict[int, bytes], pid: int, deadline: float, cap: int, stall: Stall
 ) -> tuple[int | None, bool, bool]:
     """Frame the command's output until it ends or the deadline passes.
 
@@ -350,7 +377,7 @@ def relay_output(
             status = reap().get(pid)
         # Once the command has exited, descendants holding its pipes are not waited for.
         wait = min(remaining, 0.05 if status is not None else 0.5)
-        ready, _, _ = select.select(open_fds, [], [], wait)
+        ready = stall.select(open_fds, wait)
         if not ready and status is not None:
             break
         for fd in ready:
