@@ -217,8 +217,10 @@ def test_files_go_through_the_helper_on_both_handles(shell: Shell) -> None:
     assert call(sandbox.read_file("/workspace/a")) == b"hello"
     with pytest.raises(FileOperationError, match="larger than the read limit of 2 bytes"):
         call(sandbox.files.read("/workspace/a", limit=2))
-    script.execs = [supervised(b"", b"no such file", exit_code=1)]
+    script.execs = [supervised(b"", b"no such file", exit_code=1), supervised(exit_code=137)]
     with pytest.raises(FileOperationError, match="/workspace/b: no such file"):
+        call(sandbox.files.remove("/workspace/b"))
+    with pytest.raises(FileOperationError, match=r"/workspace/b: .*exit 137 and no message"):
         call(sandbox.files.remove("/workspace/b"))
 
 

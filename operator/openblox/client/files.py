@@ -47,7 +47,12 @@ class HelperRunner(Protocol):
 
 def _checked(result: ExecResult, path: str) -> ExecResult:
     if result.exit_code != 0:
-        raise FileOperationError(path, result.stderr.decode("utf-8", "replace").strip())
+        said = result.stderr.decode("utf-8", "replace").strip()
+        # The helper names every failure it sees; one that ends without a word was ended
+        # from outside (a kill), and the caller is told that much rather than nothing.
+        raise FileOperationError(
+            path, said or f"the file helper ended with exit {result.exit_code} and no message"
+        )
     return result
 
 
