@@ -265,3 +265,18 @@ def test_the_command_tree_ends_when_the_caller_stops_reading(
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, 9)
     assert not survivors, f"{survivors} outlived their supervisor's caller"
+
+
+def test_only_a_stall_that_ended_just_before_the_verdict_counts() -> None:
+    """gVisor's kill follows the stall at once: a stall long before the command's end says
+    nothing of how it ended, and a short pause is scheduling noise."""
+    stall = supervisor.Stall()
+    stall.note(end=100.0, over=40.0)
+    stall.note(end=150.0, over=0.5)
+    assert stall.recent(moment=125.0) == 40.0
+    assert stall.recent(moment=131.0) == 0.0
+    stall.note(end=160.0, over=6.0)
+    assert stall.recent(moment=161.0) == 6.0
+    for end in range(1000):
+        stall.note(end=float(end), over=2.0)
+    assert len(stall.stalls) == supervisor.Stall.KEPT

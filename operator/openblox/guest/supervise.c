@@ -56,15 +56,34 @@ static double now(void) {
     return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
 }
 
-/* The longest time this process went unscheduled past a wait it asked for, in seconds.
- * When a node is frozen or starved of CPU, gVisor's systrap platform kills a process whose
- * stub stops answering (SIGKILL or SIGSEGV): that exit is then not the command's own, and
- * the verdict's "stalled" lets the client say so (docs/reliability.md). */
-static double stalled = 0;
+/* Stalls: times this process went unscheduled past a wait it asked for. When a node is
+ * frozen or starved of CPU, gVisor's systrap platform kills a process whose stub stops
+ * answering (SIGKILL or SIGSEGV): that exit is then not the command's own, and the
+ * verdict's "stalled" lets the client say so (docs/reliability.md). It is the longest
+ * stall that ended within STALL_WINDOW seconds of the verdict, since gVisor's kill
+ * follows the stall at once: an old stall says nothing of a later kill. Stalls under
+ * STALL_NOTED seconds are scheduling noise and not kept. */
+#define STALL_WINDOW 30.0
+#define STALL_NOTED 1.0
+#define STALLS_KEPT 64
+static struct { double end, length; } stalls[STALLS_KEPT];
+static size_t stall_count = 0;
 
 static void note_stall(double start, double asked) {
-    double over = now() - start - asked;
-    if (over > stalled) stalled = over;
+    double end = now(), over = end - start - asked;
+    if (over < STALL_NOTED) return;
+    stalls[stall_count % STALLS_KEPT].end = end;
+    stalls[stall_count % STALLS_KEPT].length = over;
+    stall_count++;
+}
+
+static double recent_stall(void) {
+    double moment = now(), longest = 0;
+    size_t kept = stall_count < STALLS_KEPT ? stall_count : STALLS_KEPT;
+    for (size_t i = 0; i < kept; i++)
+        if (stalls[i].end >= moment - STALL_WINDOW && stalls[i].length > longest)
+            longest = stalls[i].length;
+    return longest < 1e6 ? longest : 1e6;
 }
 
 static int timed_poll(struct pollfd *fds, nfds_t count, int milliseconds) {
@@ -335,6 +354,6 @@ int main(int argc, char **argv) {
                           "{\"exit_code\": %d, \"timed_out\": %s, \"truncated\": %s, "
                           "\"signal\": %s, \"stalled\": %.1f}",
                           exit_code, timed_out ? "true" : "false", truncated ? "true" : "false",
-                          signal_text, stalled < 1e6 ? stalled : 1e6);
+                          signal_text, recent_stall());
     return frame('R', verdict, (size_t)length) == 0 ? 0 : 120;
 }

@@ -324,7 +324,7 @@ def run(args: list[str]) -> None:
     verdict = (
         f'{{"exit_code": {exit_code}, "timed_out": {flag[timed_out]}, '
         f'"truncated": {flag[truncated]}, "signal": {signal_text}, '
-        f'"stalled": {min(stall.longest, 1e6):.1f}}}'
+        f'"stalled": {stall.recent(time.monotonic()):.1f}}}'
     )
     try:
         frame(b"R", verdict.encode())
@@ -333,17 +333,33 @@ def run(args: list[str]) -> None:
 
 
 class Stall:
-    """The longest time this process went unscheduled past a wait it asked for, in seconds.
+    """Times this process went unscheduled past a wait it asked for.
 
     When a node is frozen or starved of CPU, gVisor's systrap platform kills a process whose
     stub stops answering (SIGKILL or SIGSEGV): that exit is then not the command's own, and
-    the verdict's "stalled" lets the client say so (docs/reliability.md)."""
+    the verdict's "stalled" lets the client say so (docs/reliability.md). It is the longest
+    stall that ended within `WINDOW` seconds of the verdict, since gVisor's kill follows
+    the stall at once: an old stall says nothing of a later kill."""
+
+    WINDOW = 30.0
+    NOTED = 1.0  # shorter ones are scheduling noise, not kept
+    KEPT = 64
 
     def __init__(self) -> None:
-        self.longest = 0.0
+        self.stalls: list[tuple[float, float]] = []  # (when it ended, how long), newest last
+
+    def note(self, end: float, over: float) -> None:
+        if over >= self.NOTED:
+            self.stalls = [*self.stalls[-(self.KEPT - 1) :], (end, over)]
+
+    def recent(self, moment: float) -> float:
+        """The longest stall that ended within the window before `moment`."""
+        lengths = [over for end, over in self.stalls if end >= moment - self.WINDOW]
+        return min(max(lengths, default=0.0), 1e6)
 
     def _note(self, start: float, asked: float) -> None:
-        self.longest = max(self.longest, time.monotonic() - start - asked)
+        end = time.monotonic()
+        self.note(end, end - start - asked)
 
     def select(self, fds: list[int], wait: float) -> list[int]:
         start = time.monotonic()
