@@ -34,12 +34,14 @@ FREEZER = Path("/sys/fs/cgroup/freezer")
 FREEZE_SECONDS = 40
 # Threads that keep the guest's contexts queued for the frozen stub: gVisor only sends
 # its interrupt, and so only finds a context stuck, while another waits behind it.
+# Hashing a large buffer releases the GIL, so the threads run at once, not by turns.
 SPINNER = """
-import sys, threading, time
+import hashlib, threading, time
+block = bytes(1 << 20)
 def spin():
     end = time.time() + 45
     while time.time() < end:
-        pass
+        hashlib.sha256(block).digest()
 threads = [threading.Thread(target=spin) for _ in range(4)]
 for thread in threads:
     thread.start()
@@ -50,7 +52,7 @@ print(42)
 """
 # The kill depends on where gVisor's contexts are when the freeze begins: tries before
 # the test says it could not make it happen.
-ATTEMPTS = 3
+ATTEMPTS = 4
 
 
 @pytest.fixture
