@@ -72,8 +72,8 @@ class SandboxStalled(OpenbloxClientError):
         super().__init__(
             f"the command ended by signal {signal} (exit {exit_code}) after the sandbox had "
             f"stalled for {stalled:.1f} s: its node was frozen or starved of CPU, and gVisor "
-            "ends a process it finds stuck that long, so the exit is not the command's own "
-            "(it may have run in part)"
+            "ends a process it finds stuck that long, so the exit is most likely gVisor's, "
+            "not the command's own (it may have run in part)"
         )
         self.exit_code = exit_code
         self.signal = signal
