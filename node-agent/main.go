@@ -32,7 +32,11 @@ import (
 const (
 	readyLabel    = "openblox.sh/gvisor-ready"
 	conditionType = "OpenbloxSandboxesReady"
-	stopTimeout   = 5 * time.Second
+	// What the stopping agent has for its last word: a read and two writes (the label,
+	// then the condition). 5 s was once too little on a loaded node: the label came off
+	// and the condition still said Prepared. The pod's grace is 15 s
+	// (manifests/node-agent.yaml), so 12 s leaves the kubelet's SIGKILL room.
+	stopTimeout = 12 * time.Second
 )
 
 type settings struct {
