@@ -10,6 +10,7 @@ sandboxes; the operator still creates each pod and sees its events.
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 
@@ -81,11 +82,25 @@ def _fresh_operator(kube: Kube) -> None:
         "--timeout=180s",
         timeout=200,
     )
-    names = set(
-        _operator_pods(
-            kube, "{.items[*].metadata.name}", "--field-selector=status.phase=Running"
-        ).split()
-    )
+    # A replaced pod stays Running while it terminates, and may still hold the Lease for a
+    # moment: only pods not being deleted are the restarted replicas.
+    listed = kube.kubectl(
+        "get",
+        "pods",
+        "-n",
+        "openblox-system",
+        "-l",
+        "app.kubernetes.io/name=openblox-operator",
+        "--field-selector=status.phase=Running",
+        "-o",
+        "json",
+    ).stdout
+    pods = json.loads(listed)
+    names = {
+        pod["metadata"]["name"]
+        for pod in pods["items"]
+        if not pod["metadata"].get("deletionTimestamp")
+    }
 
     def new_holder() -> bool:
         lease = kube.get("lease", "openblox-operator", "openblox-system")
