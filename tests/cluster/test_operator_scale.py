@@ -45,7 +45,8 @@ def _holder_rss_mib(kube: Kube) -> float:
     return value / 2**20
 
 
-def _operator_pods(kube: Kube, jsonpath: str, *selectors: str) -> str:
+def _operator_pods(kube: Kube, output: str, *selectors: str) -> str:
+    """The operator's pods, as `kubectl get -o OUTPUT` prints them."""
     return kube.kubectl(
         "get",
         "pods",
@@ -55,7 +56,7 @@ def _operator_pods(kube: Kube, jsonpath: str, *selectors: str) -> str:
         "app.kubernetes.io/name=openblox-operator",
         *selectors,
         "-o",
-        f"jsonpath={jsonpath}",
+        output,
     ).stdout
 
 
@@ -64,7 +65,8 @@ def _restarts(kube: Kube) -> dict[str, int]:
     still ending comes and goes; only a pod seen twice can have restarted between)."""
     out = _operator_pods(
         kube,
-        "{range .items[*]}{.metadata.name} {.status.containerStatuses[0].restartCount}{'\\n'}{end}",
+        "jsonpath={range .items[*]}{.metadata.name} "
+        "{.status.containerStatuses[0].restartCount}{'\\n'}{end}",
     )
     return {name: int(count) for name, count in (line.split() for line in out.splitlines())}
 
@@ -84,18 +86,7 @@ def _fresh_operator(kube: Kube) -> None:
     )
     # A replaced pod stays Running while it terminates, and may still hold the Lease for a
     # moment: only pods not being deleted are the restarted replicas.
-    listed = kube.kubectl(
-        "get",
-        "pods",
-        "-n",
-        "openblox-system",
-        "-l",
-        "app.kubernetes.io/name=openblox-operator",
-        "--field-selector=status.phase=Running",
-        "-o",
-        "json",
-    ).stdout
-    pods = json.loads(listed)
+    pods = json.loads(_operator_pods(kube, "json", "--field-selector=status.phase=Running"))
     names = {
         pod["metadata"]["name"]
         for pod in pods["items"]
